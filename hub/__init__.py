@@ -1,0 +1,1 @@
+"""paddlejax.hub (to come)."""

@@ -1,0 +1,1 @@
+"""paddlejax.models (to come)."""

@@ -1,0 +1,179 @@
+"""The one place that touches JAX internals (``jax.extend`` and ``jax.interpreters``).
+
+Those modules carry no compatibility promise, so everything paddlejax needs from them is
+wrapped here: making a primitive from a reference kernel, reading jaxprs, finding lax
+primitives by name, and the small differences between jax 0.10 and 0.11.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+from jax.interpreters import ad, batching, mlir
+
+Primitive = jcore.Primitive
+Literal = jcore.Literal
+Var = jcore.Var
+DropVar = jcore.DropVar
+
+
+def _aval_varying(aval) -> frozenset:
+    """Mesh axes over which a value varies inside ``shard_map`` (empty outside)."""
+    mat = getattr(aval, "mat", None)  # jax >= 0.10: manual-axis type
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", ()))
+
+
+def _varying_axes(x) -> frozenset:
+    return _aval_varying(jax.typeof(x))
+
+
+def _match_varying(args):
+    """Inside ``shard_map``, bring all inputs to the same set of varying mesh axes.
+
+    Lax ops do the same before binding; without it a replicated weight meeting a sharded
+    activation is a type error.
+    """
+    axes = frozenset().union(*(_varying_axes(a) for a in args))
+    if not axes:
+        return args
+    out = []
+    for a in args:
+        missing = tuple(sorted(axes - _varying_axes(a)))
+        out.append(jax.lax.pcast(a, missing, to="varying") if missing else a)
+    return out
+
+
+def _shaped(struct, template):
+    """An abstract value of ``struct``'s shape and dtype that varies like ``template``."""
+    if template is None:
+        return jax.core.ShapedArray(struct.shape, struct.dtype)
+    spec = jax.sharding.PartitionSpec(*[None] * len(struct.shape))
+    sharding = jax.sharding.NamedSharding(template.sharding.mesh, spec)
+    return template.update(shape=struct.shape, dtype=struct.dtype, weak_type=False, sharding=sharding)
+
+
+def make_primitive(name: str, kernel, multiple_results: bool = False):
+    """Wrap ``kernel(*arrays, **attrs)`` as a JAX primitive called ``name``.
+
+    Abstract evaluation, lowering, JVP and batching all come from the kernel itself, so the
+    primitive computes exactly what the kernel computes. Returns ``bind(*arrays, **attrs)``.
+
+    >>> bind = make_primitive("my_double", lambda x: 2 * x)
+    >>> float(bind(jax.numpy.float32(3.0)))
+    6.0
+    """
+    prim = Primitive(name)
+    prim.multiple_results = multiple_results
+
+    def call(*args, **params):
+        return kernel(*args, **params)
+
+    prim.def_impl(call)
+
+    @functools.lru_cache(maxsize=4096)
+    def _abstract(avals, params):
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+        return jax.eval_shape(functools.partial(kernel, **dict(params)), *structs)
+
+    def abstract_eval(*avals, **params):
+        varying = [a for a in avals if _aval_varying(a)]
+        template = max(varying, key=lambda a: len(_aval_varying(a))) if varying else None
+        key = tuple(jax.core.ShapedArray(a.shape, a.dtype) for a in avals)
+        out = _abstract(key, tuple(sorted(params.items())))
+        if multiple_results:
+            return [_shaped(o, template) for o in out]
+        return _shaped(out, template)
+
+    prim.def_abstract_eval(abstract_eval)
+    mlir.register_lowering(prim, mlir.lower_fun(call, multiple_results=multiple_results))
+
+    def jvp(primals, tangents, **params):
+        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+        out = prim.bind(*primals, **params)
+        _, t_out = jax.jvp(functools.partial(kernel, **params), tuple(primals), tangents)
+        return out, t_out
+
+    ad.primitive_jvps[prim] = jvp
+
+    def batch(args, dims, **params):
+        out = jax.vmap(functools.partial(kernel, **params), in_axes=tuple(dims), out_axes=0)(*args)
+        return out, ([0] * len(out) if multiple_results else 0)
+
+    batching.primitive_batchers[prim] = batch
+
+    def bind(*args, **params):
+        return prim.bind(*_match_varying(args), **params)
+
+    bind.primitive = prim
+    return bind
+
+
+# ---------------------------------------------------------------------------------------
+# Reading jaxprs
+
+def make_jaxpr(fn, *args):
+    """``jax.make_jaxpr`` that returns ``(jaxpr, consts)`` on every supported jax version."""
+    closed = jax.make_jaxpr(fn)(*args)
+    return closed.jaxpr, list(closed.consts)
+
+
+def open_jaxpr(j):
+    """``(jaxpr, consts)`` of a sub-jaxpr found in equation params (closed or open)."""
+    if hasattr(j, "consts") and hasattr(j, "jaxpr"):
+        return j.jaxpr, list(j.consts)
+    return j, []
+
+
+def is_literal(x) -> bool:
+    return isinstance(x, Literal)
+
+
+def is_dropvar(x) -> bool:
+    return isinstance(x, DropVar)
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def source_line(eqn) -> str | None:
+    """``file.py:LINE`` of the user frame that produced a jaxpr equation, if known.
+
+    Frames inside JAX and inside the ``paddlejax`` kernel are skipped, so an op called
+    from a model points at the model's line.
+    """
+    from jax._src import source_info_util  # jaxpr source info has no public reader
+
+    for frame in source_info_util.user_frames(eqn.source_info.traceback):
+        if not frame.file_name.startswith(_OWN_DIR):
+            return f"{frame.file_name}:{frame.start_line}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# lax primitives by name
+
+@functools.cache
+def _lax_primitives() -> dict[str, Primitive]:
+    import jax.lax  # noqa: F401  (populate the modules we scan)
+
+    found: dict[str, Primitive] = {}
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith(("jax._src.lax", "jax._src.ad_util", "jax._src.prng",
+                                                   "jax._src.random", "jax._src.nn", "jax._src.numpy",
+                                                   "jax._src.pjit", "jax._src.core")):
+            continue
+        for value in list(vars(mod).values()):
+            if isinstance(value, Primitive):
+                found.setdefault(value.name, value)
+    return found
+
+
+def lax_primitive(name: str) -> Primitive | None:
+    """The JAX primitive called ``name`` (``"add"``, ``"dot_general"``, …), or None."""
+    return _lax_primitives().get(name)

@@ -1,0 +1,295 @@
+"""Capture: turn a JAX function or a Flax NNX module into a :class:`~paddlejax.ir.Program`.
+
+``trace`` runs ``jax.make_jaxpr`` over (parameters, inputs) and converts the jaxpr: our
+primitives become registry ops, other JAX primitives become generic ``lax.*`` ops carrying
+their parameters, nested calls (``jit``, custom derivatives, remat) are inlined and
+``cond``/``while``/``scan`` become ops with sub-blocks.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda x: jnp.tanh(x) + 1.0, pj.InputSpec((None, 3)))
+>>> print(prog.inputs[0].type)
+f32[b,3]
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from paddlejax import adapter
+from paddlejax.ir import attrs as attrs_lib
+from paddlejax.ir.core import Block, Op, Program, TensorType
+from paddlejax.ops import registry
+
+
+class CaptureError(ValueError):
+    """A construct the IR cannot represent; the message names the source line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """Shape and dtype of an input; ``None`` or a name in ``shape`` is a symbolic size.
+
+    ``None`` stands for the batch size ``b`` shared by all inputs; strings name other sizes.
+
+    >>> InputSpec((None, 28, 28, 1)).shape
+    (None, 28, 28, 1)
+    """
+
+    shape: tuple
+    dtype: Any = "float32"
+    name: str | None = None
+
+
+def _symbolic_structs(leaves) -> list:
+    """ShapeDtypeStructs for the inputs, with one shared scope for symbolic sizes."""
+    specs = []
+    needs_scope = False
+    for x in leaves:
+        if isinstance(x, InputSpec):
+            dims = tuple("b" if d is None else d for d in x.shape)
+            needs_scope |= any(isinstance(d, str) for d in dims)
+            specs.append((dims, jax.numpy.dtype(x.dtype)))
+        elif isinstance(x, jax.ShapeDtypeStruct):
+            specs.append((tuple(x.shape), x.dtype))
+        else:
+            arr = np.asarray(x) if not isinstance(x, jax.Array) else x
+            specs.append((tuple(arr.shape), arr.dtype))
+    scope = jax.export.SymbolicScope() if needs_scope else None
+    out = []
+    for dims, dtype in specs:
+        if any(isinstance(d, str) for d in dims):
+            dims = jax.export.symbolic_shape(", ".join(str(d) for d in dims), scope=scope)
+        out.append(jax.ShapeDtypeStruct(dims, dtype))
+    return out
+
+
+def _path_name(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator=".")
+
+
+def _is_numeric(x) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _module_function(module):
+    """``(call(params, *inputs), params)`` for an NNX module; parameters named by path."""
+    from flax import nnx
+
+    graphdef, state = nnx.split(module)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    names = [_path_name(p) for p, _ in leaves]
+    variables = [v for _, v in leaves]
+    params = {n: v.get_value() for n, v in zip(names, variables) if _is_numeric(v.get_value())}
+
+    def call(p, *inputs):
+        new = [v.replace(p[n]) if n in p else v for n, v in zip(names, variables)]
+        return nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, new))(*inputs)
+
+    return call, params, type(module).__name__
+
+
+def _pytree_function(fn, params):
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    names = [_path_name(p) for p, _ in leaves]
+    if len(set(names)) != len(names):
+        raise CaptureError("parameter names collide after flattening; use a dict with unique keys")
+
+    def call(p, *inputs):
+        return fn(jax.tree_util.tree_unflatten(treedef, [p[n] for n in names]), *inputs)
+
+    return call, dict(zip(names, (v for _, v in leaves)))
+
+
+def _arg_names(fn, n: int) -> list[str]:
+    try:
+        sig = inspect.signature(fn)
+        names = [p.name for p in sig.parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    return (names + [f"arg{i}" for i in range(len(names), n)])[:n]
+
+
+def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
+    """Capture ``fn`` (a function or an ``nnx.Module``) on example inputs as a Program.
+
+    Example inputs may be arrays, ``jax.ShapeDtypeStruct`` or :class:`InputSpec` (with
+    symbolic sizes), arranged in any pytree. For a plain function, ``params=tree`` makes
+    ``fn(params, *inputs)`` take its parameters from the program, named by their pytree
+    path. Arrays the function closes over become constants.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda p, x: x @ p["w"] + p["b"], jnp.ones((4, 2)),
+    ...                 params={"w": jnp.ones((2, 3)), "b": jnp.zeros(3)})
+    >>> sorted(prog.params)
+    ['b', 'w']
+    """
+    from flax import nnx
+
+    if isinstance(fn, nnx.Module):
+        if params is not None:
+            raise TypeError("trace(module, ...) takes its parameters from the module; drop params=")
+        call, flat_params, default_name = _module_function(fn)
+        arg_names = _arg_names(type(fn).__call__, len(example_inputs) + 1)[1:]
+    elif params is not None:
+        call, flat_params = _pytree_function(fn, params)
+        default_name = getattr(fn, "__name__", "main")
+        arg_names = _arg_names(fn, len(example_inputs) + 1)[1:]
+    else:
+        call, flat_params = (lambda p, *inputs: fn(*inputs)), {}
+        default_name = getattr(fn, "__name__", "main")
+        arg_names = _arg_names(fn, len(example_inputs))
+
+    leaves, in_tree = jax.tree_util.tree_flatten_with_path(tuple(example_inputs),
+                                                           is_leaf=lambda x: isinstance(x, InputSpec))
+    input_names = [_input_name(p, arg_names, x) for p, x in leaves]
+    structs = _symbolic_structs([x for _, x in leaves])
+    in_treedef = jax.tree_util.tree_structure(tuple(example_inputs), is_leaf=lambda x: isinstance(x, InputSpec))
+    param_names = list(flat_params)
+    out_tree = []
+
+    def flat_fn(param_values, *input_values):
+        inputs = jax.tree_util.tree_unflatten(in_treedef, input_values)
+        out = call(dict(zip(param_names, param_values)), *inputs)
+        flat, tree = jax.tree_util.tree_flatten(out)
+        out_tree.append(tree)
+        return flat
+
+    param_structs = [jax.ShapeDtypeStruct(np.shape(v), jax.numpy.result_type(v)) for v in flat_params.values()]
+    jaxpr, consts = adapter.make_jaxpr(flat_fn, param_structs, *structs)
+    return _Converter().program(jaxpr, consts, param_names, flat_params, input_names,
+                                in_treedef, out_tree[0], name or default_name)
+
+
+def _input_name(path, arg_names, x) -> str:
+    if isinstance(x, InputSpec) and x.name:
+        return x.name
+    idx = path[0].idx if path and hasattr(path[0], "idx") else 0
+    rest = _path_name(path[1:]) if len(path) > 1 else ""
+    base = arg_names[idx] if idx < len(arg_names) else f"arg{idx}"
+    return f"{base}.{rest}" if rest else base
+
+
+# Primitives whose sub-jaxpr is inlined: plain calls, custom derivatives (the IR keeps the
+# primal computation; JAX differentiates the lowered program), remat (a pass decides).
+_INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+           "custom_vjp_call_jaxpr": "fun_jaxpr", "checkpoint": "jaxpr", "remat": "jaxpr",
+           "custom_lin": None}
+
+
+class _Converter:
+    """Walks a jaxpr and builds the equivalent blocks of ops."""
+
+    def __init__(self):
+        self.constants: dict[str, Any] = {}
+
+    def program(self, jaxpr, consts, param_names, params, input_names, in_tree, out_tree, name):
+        n_params = len(param_names)
+        input_vars = jaxpr.invars[n_params:]
+        body = Block([TensorType.of(v.aval) for v in input_vars], "main", input_names)
+        env = dict(zip(input_vars, body.args))
+        for var, pname in zip(jaxpr.invars[:n_params], param_names):
+            env[var] = body.append(Op("param", [], [TensorType.of(var.aval)], {"name": pname})).result
+        self._bind_consts(body, env, jaxpr.constvars, consts)
+        self._convert(jaxpr, body, env)
+        body.append(Op("return", [self._read(body, env, v) for v in jaxpr.outvars], []))
+        used = {op.attrs["name"] for op in body.ops if op.type == "param" and op.result.uses}
+        body.ops = [op for op in body.ops if op.type != "param" or op.attrs["name"] in used]
+        params = {n: v for n, v in params.items() if n in used}
+        return Program(body, params, self.constants, in_tree, out_tree, name)
+
+    def _bind_consts(self, block, env, constvars, consts):
+        for var, value in zip(constvars, consts):
+            env[var] = self._constant(block, value, var.aval)
+
+    def _constant(self, block, value, aval):
+        value = np.asarray(value)
+        ttype = TensorType.of(aval)
+        if value.ndim == 0 and value.dtype != np.dtype("O"):
+            attrs = {"value": value.item()}
+        else:
+            cname = f"const{len(self.constants)}"
+            self.constants[cname] = value
+            attrs = {"name": cname}
+        return block.append(Op("constant", [], [ttype], attrs)).result
+
+    def _read(self, block, env, v):
+        if adapter.is_literal(v):
+            return self._constant(block, v.val, v.aval)
+        return env[v]
+
+    def _sub_block(self, closed, name):
+        jaxpr, consts = adapter.open_jaxpr(closed)
+        block = Block([TensorType.of(v.aval) for v in jaxpr.invars], name)
+        env = dict(zip(jaxpr.invars, block.args))
+        self._bind_consts(block, env, jaxpr.constvars, consts)
+        self._convert(jaxpr, block, env)
+        block.append(Op("return", [self._read(block, env, v) for v in jaxpr.outvars], []))
+        return block
+
+    def _convert(self, jaxpr, block, env):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            operands = [self._read(block, env, v) for v in eqn.invars]
+            if name in _INLINE:
+                self._inline(eqn, operands, block, env)
+                continue
+            op = self._make_op(eqn, operands)
+            block.append(op)
+            for var, value in zip(eqn.outvars, op.results):
+                if not adapter.is_dropvar(var):
+                    env[var] = value
+
+    def _inline(self, eqn, operands, block, env):
+        key = _INLINE[eqn.primitive.name]
+        if key is None:
+            raise CaptureError(f"{_where(eqn)}: '{eqn.primitive.name}' cannot be captured")
+        inner, consts = adapter.open_jaxpr(eqn.params[key])
+        if len(inner.invars) != len(operands):
+            raise CaptureError(f"{_where(eqn)}: cannot inline '{eqn.primitive.name}' "
+                               f"({len(operands)} operands for {len(inner.invars)} inputs)")
+        inner_env = dict(zip(inner.invars, operands))
+        self._bind_consts(block, inner_env, inner.constvars, consts)
+        self._convert(inner, block, inner_env)
+        for var, out in zip(eqn.outvars, inner.outvars):
+            if not adapter.is_dropvar(var):
+                env[var] = self._read(block, inner_env, out)
+
+    def _make_op(self, eqn, operands):
+        result_types = [TensorType.of(v.aval) for v in eqn.outvars]
+        loc = adapter.source_line(eqn)
+        params = eqn.params
+        opdef = registry.by_primitive(eqn.primitive)
+        if opdef is not None:
+            return Op(opdef.name, operands, result_types, attrs_lib.from_jax(dict(params)), loc=loc)
+        name = eqn.primitive.name
+        if name == "cond":
+            blocks = [self._sub_block(b, f"branch{i}") for i, b in enumerate(params["branches"])]
+            return Op("cond", operands, result_types, {}, blocks, loc)
+        if name == "while":
+            blocks = [self._sub_block(params["cond_jaxpr"], "cond"), self._sub_block(params["body_jaxpr"], "body")]
+            attrs = {"cond_nconsts": params["cond_nconsts"], "body_nconsts": params["body_nconsts"]}
+            return Op("while", operands, result_types, attrs, blocks, loc)
+        if name == "scan":
+            attrs = {k: params[k] for k in ("num_consts", "num_carry", "length", "reverse", "unroll")}
+            attrs = attrs_lib.from_jax(attrs)
+            return Op("scan", operands, result_types, attrs, [self._sub_block(params["jaxpr"], "body")], loc)
+        if adapter.lax_primitive(name) is not eqn.primitive:
+            raise CaptureError(f"{_where(eqn)}: primitive '{name}' is not a JAX primitive paddlejax "
+                               "can capture (only lax primitives and paddlejax ops)")
+        attrs = attrs_lib.from_jax(dict(params))
+        for key, value in attrs.items():
+            if not attrs_lib.encodable(value):
+                raise CaptureError(f"{_where(eqn)}: '{name}' has a parameter '{key}' of type "
+                                   f"{type(value).__name__} that a program cannot hold")
+        return Op(f"lax.{name}", operands, result_types, attrs, loc=loc)
+
+
+def _where(eqn) -> str:
+    return adapter.source_line(eqn) or "<unknown source line>"

@@ -1,0 +1,299 @@
+"""The program IR: a :class:`Program` holds a :class:`Block` of :class:`Op` s over SSA :class:`Value` s.
+
+Ops are the registry's ops (``conv2d``), generic JAX primitives (``lax.add``), parameters
+(``param``), constants (``constant``), structured control flow (``cond``, ``while``,
+``scan``, holding sub-blocks) and the block terminator ``return``. Blocks are isolated from
+above: whatever a sub-block uses comes in through its arguments, as in a jaxpr.
+
+Every value knows its uses, so passes can ask "who reads this?". Change a program only
+through :class:`paddlejax.ir.Rewriter`; the constructors here are for building new ops.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda x: pj.ops.relu(x) * 2.0, jnp.ones((2, 3)))
+>>> [op.type for op in prog.walk()]
+['relu', 'constant', 'lax.mul', 'return']
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+
+_SHORT_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+                 "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+                 "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "bool",
+                 "complex64": "c64", "complex128": "c128", "float8_e4m3fn": "f8e4m3fn",
+                 "float8_e5m2": "f8e5m2"}
+LONG_DTYPES = {v: k for k, v in _SHORT_DTYPES.items()}
+
+Dim = int | str  # an int, or a symbolic dimension expression such as "b" or "2*b"
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+    """Shape and dtype of a value; symbolic dimensions are strings (``("b", 10)``)."""
+
+    shape: tuple[Dim, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, x) -> "TensorType":
+        """The type of an array, abstract value or ``jax.ShapeDtypeStruct``."""
+        dims = x.shape if hasattr(x, "shape") else np.shape(x)
+        shape = tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in dims)
+        dtype = x.dtype if hasattr(x, "dtype") else np.result_type(x)
+        return cls(shape, np.dtype(dtype).name)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def size(self) -> int | None:
+        return math.prod(self.shape) if self.is_static else None
+
+    @property
+    def nbytes(self) -> int | None:
+        size = self.size
+        return None if size is None else size * np.dtype(jax.numpy.dtype(self.dtype)).itemsize
+
+    def __str__(self) -> str:
+        return f"{_SHORT_DTYPES.get(self.dtype, self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+
+class Value:
+    """An SSA value: the result of an op or an argument of a block."""
+
+    __slots__ = ("type", "owner", "index", "uses", "name")
+
+    def __init__(self, type: TensorType, owner, index: int, name: str | None = None):
+        self.type = type
+        self.owner = owner  # Op (a result) or Block (an argument)
+        self.index = index
+        self.uses: list[tuple[Op, int]] = []
+        self.name = name
+
+    @property
+    def producer(self) -> "Op | None":
+        """The op that defines this value (None for block arguments)."""
+        return self.owner if isinstance(self.owner, Op) else None
+
+    @property
+    def users(self) -> list["Op"]:
+        seen: dict[int, Op] = {}
+        for op, _ in self.uses:
+            seen.setdefault(id(op), op)
+        return list(seen.values())
+
+    def __repr__(self) -> str:
+        where = self.owner.type if isinstance(self.owner, Op) else "arg"
+        return f"<Value {self.name or ''}{self.type} from {where}>"
+
+
+class Op:
+    """One operation: ``type``, operands, results, attributes and optional sub-blocks."""
+
+    __slots__ = ("type", "operands", "results", "attrs", "blocks", "parent", "loc")
+
+    def __init__(self, type: str, operands, result_types, attrs: dict | None = None,
+                 blocks=(), loc: str | None = None):
+        self.type = type
+        self.operands: list[Value] = []
+        self.results = [Value(t, self, i) for i, t in enumerate(result_types)]
+        self.attrs = dict(attrs or {})
+        self.blocks: list[Block] = []
+        self.parent: Block | None = None
+        self.loc = loc
+        for v in operands:
+            self._add_operand(v)
+        for b in blocks:
+            b.parent = self
+            self.blocks.append(b)
+
+    # Use-list upkeep; called by the constructor and the Rewriter only.
+    def _add_operand(self, v: Value) -> None:
+        v.uses.append((self, len(self.operands)))
+        self.operands.append(v)
+
+    def _set_operand(self, i: int, v: Value) -> None:
+        old = self.operands[i]
+        old.uses.remove((self, i))
+        v.uses.append((self, i))
+        self.operands[i] = v
+
+    def _drop_operands(self) -> None:
+        for i, v in enumerate(self.operands):
+            v.uses.remove((self, i))
+        self.operands = []
+
+    @property
+    def result(self) -> Value:
+        if len(self.results) != 1:
+            raise ValueError(f"{self.type} has {len(self.results)} results, not one")
+        return self.results[0]
+
+    @property
+    def users(self) -> list["Op"]:
+        seen: dict[int, Op] = {}
+        for r in self.results:
+            for u in r.users:
+                seen.setdefault(id(u), u)
+        return list(seen.values())
+
+    def walk(self) -> Iterator["Op"]:
+        """This op, then every op nested in its blocks."""
+        yield self
+        for b in self.blocks:
+            yield from b.walk()
+
+    def __repr__(self) -> str:
+        return f"<Op {self.type} {', '.join(str(r.type) for r in self.results)}>"
+
+
+class Block:
+    """A list of ops ending in ``return``, with typed arguments."""
+
+    __slots__ = ("args", "ops", "parent", "name")
+
+    def __init__(self, arg_types=(), name: str = "", arg_names=None):
+        names = list(arg_names) if arg_names is not None else [None] * len(arg_types)
+        self.args = [Value(t, self, i, n) for i, (t, n) in enumerate(zip(arg_types, names))]
+        self.ops: list[Op] = []
+        self.parent: Op | Program | None = None
+        self.name = name
+
+    @property
+    def terminator(self) -> Op:
+        if not self.ops or self.ops[-1].type != "return":
+            raise ValueError(f"block {self.name or ''} has no return")
+        return self.ops[-1]
+
+    @property
+    def results(self) -> list[Value]:
+        return self.terminator.operands
+
+    def walk(self) -> Iterator[Op]:
+        for op in self.ops:
+            yield from op.walk()
+
+    def append(self, op: Op) -> Op:
+        """Append while building a new block (use the Rewriter on existing programs)."""
+        op.parent = self
+        self.ops.append(op)
+        return op
+
+
+def walk_blocks(block: Block) -> Iterator[Block]:
+    yield block
+    for op in block.ops:
+        for b in op.blocks:
+            yield from walk_blocks(b)
+
+
+class Program:
+    """A captured program: the IR, its parameters, constants and pytree signature.
+
+    ``prog(*inputs)`` runs it (compiled with ``jax.jit`` on first call);
+    ``prog.apply(params, *inputs)`` is the same computation as a pure function of the
+    parameters, so ``jax.grad`` works through it. ``print(prog)`` shows the IR.
+    """
+
+    def __init__(self, body: Block, params: dict[str, Any], constants: dict[str, Any],
+                 in_tree, out_tree, name: str = "main"):
+        self.body = body
+        body.parent = self
+        self.params = dict(params)
+        self.constants = dict(constants)
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+        self.name = name
+        self.revision = 0
+        self._compiled = None
+
+    # -- structure -------------------------------------------------------------------
+    def walk(self) -> Iterator[Op]:
+        """Every op, in program order, nested blocks included."""
+        return self.body.walk()
+
+    @property
+    def inputs(self) -> list[Value]:
+        return self.body.args
+
+    @property
+    def outputs(self) -> list[Value]:
+        return self.body.results
+
+    def param_ops(self) -> list[Op]:
+        return [op for op in self.body.ops if op.type == "param"]
+
+    def used_params(self) -> dict[str, Any]:
+        """The parameters the program reads (DCE may leave others behind)."""
+        names = [op.attrs["name"] for op in self.param_ops()]
+        return {n: self.params[n] for n in names}
+
+    def used_constants(self) -> dict[str, Any]:
+        names = [op.attrs["name"] for op in self.walk() if op.type == "constant" and "name" in op.attrs]
+        return {n: self.constants[n] for n in names}
+
+    def num_params(self) -> int:
+        return sum(int(np.size(v)) for v in self.used_params().values())
+
+    # -- running ---------------------------------------------------------------------
+    def apply(self, params: dict[str, Any], *inputs):
+        """Run the program as a pure function of ``params`` (a dict like ``self.params``).
+
+        >>> import jax, jax.numpy as jnp, paddlejax as pj
+        >>> prog = pj.trace(lambda p, x: x @ p["w"], jnp.ones((1, 2)), params={"w": jnp.ones((2, 2))})
+        >>> jax.grad(lambda p: prog.apply(p, jnp.ones((1, 2))).sum())(prog.params)["w"].shape
+        (2, 2)
+        """
+        from paddlejax.lowering import run_program
+
+        return run_program(self, params, inputs)
+
+    def __call__(self, *inputs):
+        if self._compiled is None or self._compiled[0] != self.revision:
+            self._compiled = (self.revision, jax.jit(self.apply))
+        return self._compiled[1](self.params, *inputs)
+
+    # -- text, checks, copies -------------------------------------------------------------
+    def __str__(self) -> str:
+        from paddlejax.ir.printer import format_program
+
+        return format_program(self)
+
+    def format(self, locs: bool = False) -> str:
+        """The text form; ``locs=True`` adds each op's source line as a comment."""
+        from paddlejax.ir.printer import format_program
+
+        return format_program(self, locs=locs)
+
+    def verify(self) -> None:
+        """Raise :class:`paddlejax.ir.VerificationError` naming the first bad op."""
+        from paddlejax.ir.verifier import verify
+
+        verify(self)
+
+    def clone(self) -> "Program":
+        """A deep copy of the IR sharing the (immutable) parameter arrays."""
+        body = clone_block(self.body, {})
+        return Program(body, self.params, self.constants, self.in_tree, self.out_tree, self.name)
+
+    def __repr__(self) -> str:
+        n_ops = sum(1 for _ in self.walk())
+        return f"<Program {self.name}: {n_ops} ops, {len(self.used_params())} params>"
+
+
+def clone_block(block: Block, mapping: dict[Value, Value]) -> Block:
+    new = Block([a.type for a in block.args], block.name, [a.name for a in block.args])
+    mapping.update(zip(block.args, new.args))
+    for op in block.ops:
+        blocks = [clone_block(b, mapping) for b in op.blocks]
+        copy = Op(op.type, [mapping[v] for v in op.operands], [r.type for r in op.results],
+                  op.attrs, blocks, op.loc)
+        mapping.update(zip(op.results, copy.results))
+        new.append(copy)
+    return new

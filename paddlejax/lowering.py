@@ -1,0 +1,148 @@
+"""Lowering: run a Program by interpreting its ops with JAX.
+
+Called under ``jax.jit`` (``prog(x)``) the interpreter runs once, at trace time, and emits
+the same primitives the captured function did, so XLA compiles the same program. Under
+``jax.grad`` it is an ordinary JAX function.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda x: x * 2.0, jnp.ones(3))
+>>> run_program(prog, prog.params, (jnp.arange(3.0),)).tolist()
+[0.0, 2.0, 4.0]
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax import lax
+
+from paddlejax import adapter
+from paddlejax.ir.attrs import dim_symbols, resolve
+from paddlejax.ir.core import Block, Op, Program, TensorType
+from paddlejax.ops import registry
+
+
+class _Context:
+    def __init__(self, params, constants, dims):
+        self.params = params
+        self.constants = constants
+        self.dims = dims
+
+
+def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
+    """Flatten ``inputs``, check them against the program's input types, and solve symbolic sizes."""
+    leaves, tree = jax.tree_util.tree_flatten(tuple(inputs))
+    if tree != program.in_tree:
+        raise TypeError(f"{program.name}: expects inputs structured as {program.in_tree}, got {tree}")
+    dims: dict[str, Any] = {}
+    for value, x in zip(program.inputs, leaves):
+        got = TensorType(tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape),
+                         jax.dtypes.canonicalize_dtype(jax.numpy.result_type(x)).name)
+        want = value.type
+        ok = len(got.shape) == len(want.shape) and got.dtype == jax.dtypes.canonicalize_dtype(want.dtype).name
+        for w, g in zip(want.shape, got.shape) if ok else ():
+            if isinstance(w, int):
+                ok &= (w == g)
+            elif w.isidentifier():
+                ok &= dims.setdefault(w, g) is g or dims[w] == g
+        if not ok:
+            raise ValueError(f"{program.name}: input '{value.name}' expects {want}, got "
+                             f"{_type_str(got)}")
+    return leaves, dims
+
+
+def _type_str(t: TensorType) -> str:
+    return str(TensorType(tuple(str(d) if not isinstance(d, int) else d for d in t.shape), t.dtype))
+
+
+def run_program(program: Program, params: dict, inputs: tuple):
+    """Evaluate ``program`` on ``inputs`` with parameters ``params``."""
+    leaves, dims = bind_inputs(program, inputs)
+    ctx = _Context(params, program.constants, dims)
+    outs = run_block(program.body, leaves, ctx)
+    return jax.tree_util.tree_unflatten(program.out_tree, outs)
+
+
+def run_block(block: Block, args, ctx) -> list:
+    env = dict(zip(block.args, args))
+    for op in block.ops[:-1]:
+        outs = lower_op(op, [env[v] for v in op.operands], ctx)
+        env.update(zip(op.results, outs))
+    return [env[v] for v in block.results]
+
+
+def lower_op(op: Op, args: list, ctx) -> list:
+    """The JAX values of ``op``'s results given its operand values."""
+    rule = _RULES.get(op.type)
+    if rule is not None:
+        return rule(op, args, ctx)
+    attrs = resolve(op.attrs, ctx.dims)
+    if op.type.startswith("lax."):
+        prim = adapter.lax_primitive(op.type[4:])
+        if prim is None:
+            raise ValueError(f"unknown JAX primitive '{op.type[4:]}' (op {op.type})")
+        out = prim.bind(*args, **attrs)
+        return list(out) if prim.multiple_results else [out]
+    opdef = registry.get(op.type)
+    out = opdef.bind(*args, **attrs)
+    return list(out) if opdef.multiple_results else [out]
+
+
+def _param(op, args, ctx):
+    name = op.attrs["name"]
+    if name not in ctx.params:
+        raise KeyError(f"parameter '{name}' is missing from the params given to the program")
+    return [ctx.params[name]]
+
+
+def _constant(op, args, ctx):
+    if "name" in op.attrs:
+        return [ctx.constants[op.attrs["name"]]]
+    return [np.asarray(op.attrs["value"], jax.numpy.dtype(op.result.type.dtype))]
+
+
+def _cond(op, args, ctx):
+    index, *operands = args
+    branches = [lambda *a, b=b: run_block(b, a, ctx) for b in op.blocks]
+    return list(lax.switch(index, branches, *operands))
+
+
+def _while(op, args, ctx):
+    cond_block, body_block = op.blocks
+    nc, nb = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
+    cconsts, bconsts, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
+    out = lax.while_loop(lambda c: run_block(cond_block, [*cconsts, *c], ctx)[0],
+                         lambda c: tuple(run_block(body_block, [*bconsts, *c], ctx)),
+                         tuple(init))
+    return list(out)
+
+
+def _scan(op, args, ctx):
+    (body,) = op.blocks
+    nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
+    consts, init, xs = args[:nc], args[nc:nc + ncarry], args[nc + ncarry:]
+
+    def step(carry, x):
+        res = run_block(body, [*consts, *carry, *x], ctx)
+        return tuple(res[:ncarry]), tuple(res[ncarry:])
+
+    length = resolve(op.attrs["length"], ctx.dims)
+    carry, ys = lax.scan(step, tuple(init), tuple(xs), length=length,
+                         reverse=op.attrs["reverse"], unroll=op.attrs["unroll"])
+    return [*carry, *ys]
+
+
+_RULES: dict[str, Callable] = {"param": _param, "constant": _constant, "cond": _cond,
+                               "while": _while, "scan": _scan}
+
+
+def symbols_of(program: Program) -> set[str]:
+    """The symbolic sizes the program's inputs use (``{"b"}`` for a symbolic batch)."""
+    out: set[str] = set()
+    for v in program.inputs:
+        for d in v.type.shape:
+            if isinstance(d, str):
+                out |= dim_symbols(d)
+    return out
+

@@ -1,0 +1,289 @@
+"""The op registry: every high-level op is declared once, here, as an :class:`OpDef`.
+
+An op has named inputs (trailing ones may be optional, or one variadic input), typed
+attributes with defaults, a pure JAX reference kernel, optional alternative kernels
+("variants") and an optional FLOP count. Declaring an op also makes it a JAX primitive, so
+``jax.make_jaxpr`` shows it as one equation and jit, grad, vmap and shard_map all work.
+
+>>> import jax.numpy as jnp
+>>> double = define("double_example", lambda x, *, k: k * x,
+...                 inputs=[Input("x")], attrs={"k": Attr("float", 2.0)})
+>>> float(double(jnp.float32(1.5)))
+3.0
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from paddlejax import adapter
+
+REQUIRED = object()
+
+_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+           "float8_e4m3fn", "float8_e5m2")
+
+
+def _fail(op: str, what: str, expected: str, got: Any) -> ValueError:
+    return ValueError(f"{op}: {what} expects {expected}, got {got!r}")
+
+
+def _is_int(v) -> bool:
+    return (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or jax.export.is_symbolic_dim(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attr:
+    """A typed attribute.
+
+    ``kind`` is one of ``int``, ``float``, ``bool``, ``str``, ``ints`` (a tuple of ints;
+    ``length`` fixes its length and a single int is broadcast to it), ``dtype``, ``padding``
+    (``"SAME"``, ``"VALID"``, an int, per-dimension ints or ``(low, high)`` pairs). ``choices``
+    restricts the values, ``minimum`` bounds numbers, ``optional`` allows None.
+    """
+
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple | None = None
+    length: int | None = None
+    minimum: float | None = None
+    optional: bool = False
+    doc: str = ""
+
+    def check(self, op: str, name: str, value):
+        """The normalised (hashable) value, or a ValueError naming ``op`` and ``name``."""
+        what = f"attribute '{name}'"
+        if value is None:
+            if self.optional:
+                return None
+            raise _fail(op, what, f"a {self.kind}", value)
+        value = self._normalise(op, what, value)
+        if self.choices is not None and value not in self.choices:
+            raise _fail(op, what, f"one of {list(self.choices)}", value)
+        if self.minimum is not None:
+            items = value if isinstance(value, tuple) else (value,)
+            if any(not jax.export.is_symbolic_dim(v) and v < self.minimum for v in items):
+                raise _fail(op, what, f"values >= {self.minimum}", value)
+        return value
+
+    def _normalise(self, op, what, value):
+        kind = self.kind
+        if kind == "int":
+            if not _is_int(value):
+                raise _fail(op, what, "an int", value)
+            return value if jax.export.is_symbolic_dim(value) else int(value)
+        if kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+                raise _fail(op, what, "a float", value)
+            return float(value)
+        if kind == "bool":
+            if not isinstance(value, (bool, np.bool_)):
+                raise _fail(op, what, "a bool", value)
+            return bool(value)
+        if kind == "str":
+            if not isinstance(value, str):
+                raise _fail(op, what, "a string", value)
+            return value
+        if kind == "dtype":
+            try:
+                name = np.dtype(value).name if not isinstance(value, str) else value
+                name = jax.numpy.dtype(name).name
+            except TypeError:
+                raise _fail(op, what, f"a dtype ({', '.join(_DTYPES[:12])}, ...)", value) from None
+            if name not in _DTYPES:
+                raise _fail(op, what, "a supported dtype", value)
+            return name
+        if kind == "ints":
+            return self._ints(op, what, value)
+        if kind == "padding":
+            return self._padding(op, what, value)
+        raise AssertionError(f"unknown attribute kind {kind}")
+
+    def _ints(self, op, what, value):
+        if _is_int(value) and self.length is not None:
+            value = (value,) * self.length
+        if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
+            expected = f"{self.length} ints" if self.length else "a tuple of ints"
+            raise _fail(op, what, expected, value)
+        if self.length is not None and len(value) != self.length:
+            raise _fail(op, what, f"{self.length} ints", value)
+        return tuple(v if jax.export.is_symbolic_dim(v) else int(v) for v in value)
+
+    def _padding(self, op, what, value):
+        expected = "'SAME', 'VALID', an int, 2 or 4 ints, or 2 (low, high) pairs"
+        if isinstance(value, str):
+            if value.upper() not in ("SAME", "VALID"):
+                raise _fail(op, what, expected, value)
+            return value.upper()
+        if _is_int(value):
+            value = (value, value)
+        if isinstance(value, (tuple, list)):
+            if all(_is_int(v) for v in value) and len(value) in (2, 4):
+                if len(value) == 2:
+                    return tuple((int(v), int(v)) for v in value)
+                return ((int(value[0]), int(value[1])), (int(value[2]), int(value[3])))
+            if len(value) == 2 and all(isinstance(p, (tuple, list)) and len(p) == 2
+                                       and all(_is_int(v) for v in p) for p in value):
+                return tuple((int(a), int(b)) for a, b in value)
+        raise _fail(op, what, expected, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """A named input. ``rank`` (an int or a tuple of allowed ranks) and ``dtype``
+    (``"float"``, ``"int"`` or None) are checked on every call; ``optional`` inputs must
+    come last; a ``variadic`` input takes any number (at least one) of arrays."""
+
+    name: str
+    rank: int | tuple[int, ...] | None = None
+    dtype: str | None = None
+    optional: bool = False
+    variadic: bool = False
+
+    def check(self, op: str, x) -> None:
+        shape = np.shape(x) if not hasattr(x, "shape") else x.shape
+        ranks = (self.rank,) if isinstance(self.rank, int) else self.rank
+        if ranks is not None and len(shape) not in ranks:
+            expected = " or ".join(str(r) for r in ranks)
+            raise ValueError(f"{op}: input '{self.name}' expects rank {expected}, got shape {tuple(shape)}")
+        if self.dtype is not None:
+            dtype = jax.numpy.result_type(x)
+            kind = "float" if jax.numpy.issubdtype(dtype, jax.numpy.inexact) else "int"
+            if jax.numpy.issubdtype(dtype, jax.numpy.bool_):
+                kind = "bool"
+            if kind != self.dtype:
+                raise ValueError(f"{op}: input '{self.name}' expects a {self.dtype} array, got {dtype}")
+
+
+@dataclasses.dataclass
+class OpDef:
+    """A registered op. Call it like a function: ``conv2d(x, w, stride=2)``."""
+
+    name: str
+    kernel: Callable
+    inputs: tuple[Input, ...]
+    attrs: dict[str, Attr]
+    outputs: tuple[str, ...] = ("out",)
+    multiple_results: bool = False
+    variants: dict[str, Callable] = dataclasses.field(default_factory=dict)
+    flops: Callable | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        self.bind = adapter.make_primitive(self.name, self.kernel, self.multiple_results)
+        self.primitive = self.bind.primitive
+
+    def check_attrs(self, attrs: dict) -> dict:
+        """Validated attributes with defaults filled in, in declaration order."""
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown attribute(s) {sorted(unknown)}; "
+                             f"known: {sorted(self.attrs)}")
+        out = {}
+        for name, spec in self.attrs.items():
+            if name in attrs:
+                out[name] = spec.check(self.name, name, attrs[name])
+            elif spec.default is REQUIRED:
+                raise ValueError(f"{self.name}: attribute '{name}' is required ({spec.kind})")
+            else:
+                out[name] = spec.default
+        return out
+
+    def check_inputs(self, args: Sequence) -> list:
+        """The present input arrays; raises on a missing, extra or ill-shaped one."""
+        specs = self.inputs
+        if specs and specs[-1].variadic:
+            if len(args) < len(specs):
+                raise ValueError(f"{self.name}: needs at least one '{specs[-1].name}' input")
+            for x in args[len(specs) - 1:]:
+                specs[-1].check(self.name, x)
+            fixed = specs[:-1]
+            for spec, x in zip(fixed, args):
+                spec.check(self.name, x)
+            return list(args)
+        if len(args) > len(specs):
+            raise ValueError(f"{self.name}: takes {len(specs)} inputs "
+                             f"({', '.join(s.name for s in specs)}), got {len(args)}")
+        present = []
+        for i, spec in enumerate(specs):
+            x = args[i] if i < len(args) else None
+            if x is None:
+                if not spec.optional:
+                    raise ValueError(f"{self.name}: input '{spec.name}' is required")
+                later = [s.name for s, a in zip(specs[i + 1:], args[i + 1:]) if a is not None]
+                if later:
+                    raise ValueError(f"{self.name}: input '{spec.name}' must be given when "
+                                     f"{later} is (optional inputs are trailing)")
+                break
+            spec.check(self.name, x)
+            present.append(x)
+        return present
+
+    def __call__(self, *args, **attrs):
+        arrays = self.check_inputs(args)
+        return self.bind(*arrays, **self.check_attrs(attrs))
+
+    def input_names(self, count: int) -> list[str]:
+        """Names of the first ``count`` inputs (variadic ones numbered)."""
+        if self.inputs and self.inputs[-1].variadic:
+            fixed = [s.name for s in self.inputs[:-1]]
+            return fixed + [f"{self.inputs[-1].name}{i}" for i in range(count - len(fixed))]
+        return [s.name for s in self.inputs[:count]]
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[str, Attr] | None = None,
+           outputs: Sequence[str] = ("out",), multiple_results: bool | None = None,
+           variants: dict[str, Callable] | None = None, flops: Callable | None = None) -> OpDef:
+    """Declare an op and register it under ``name``; returns the :class:`OpDef`.
+
+    ``kernel(*arrays, **attrs)`` is the reference implementation; ``flops(in_shapes,
+    out_shapes, attrs)`` an optional FLOP count.
+    """
+    if name in _REGISTRY:
+        raise ValueError(f"op '{name}' is already registered")
+    outputs = tuple(outputs)
+    op = OpDef(name=name, kernel=kernel, inputs=tuple(inputs), attrs=dict(attrs or {}),
+               outputs=outputs,
+               multiple_results=len(outputs) > 1 if multiple_results is None else multiple_results,
+               variants=dict(variants or {}), flops=flops, doc=(kernel.__doc__ or "").strip())
+    _REGISTRY[name] = op
+    return op
+
+
+def get(name: str) -> OpDef:
+    """The op called ``name``; a KeyError lists close names if there is none."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"unknown op '{name}'{hint}") from None
+
+
+def lookup(name: str) -> OpDef | None:
+    return _REGISTRY.get(name)
+
+
+def by_primitive(prim) -> OpDef | None:
+    """The op whose primitive is ``prim`` (None for lax primitives)."""
+    op = _REGISTRY.get(prim.name)
+    return op if op is not None and op.primitive is prim else None
+
+
+def all_ops() -> dict[str, OpDef]:
+    return dict(_REGISTRY)
+
+
+def elementwise_flops(in_shapes, out_shapes, attrs) -> int:
+    """One FLOP per output element: the default cost of elementwise ops."""
+    return sum(math.prod(s) for s in out_shapes)

@@ -1,0 +1,1 @@
+"""paddlejax.slim (to come)."""
