@@ -112,7 +112,9 @@ def _arg_names(fn, n: int) -> list[str]:
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         names = []
-    return (names + [f"arg{i}" for i in range(len(names), n)])[:n]
+    if len(names) < n:
+        names = ["x"] if n == 1 else [f"x{i}" for i in range(n)]
+    return names[:n]
 
 
 def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
@@ -135,7 +137,7 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
         if params is not None:
             raise TypeError("trace(module, ...) takes its parameters from the module; drop params=")
         call, flat_params, default_name = _module_function(fn)
-        arg_names = _arg_names(type(fn).__call__, len(example_inputs) + 1)[1:]
+        arg_names = _arg_names(fn.__call__, len(example_inputs))
     elif params is not None:
         call, flat_params = _pytree_function(fn, params)
         default_name = getattr(fn, "__name__", "main")

@@ -1,0 +1,249 @@
+"""The verifier: structure, use lists and types, re-inferred through the op registry.
+
+Every result type is recomputed from the operand types (``jax.eval_shape`` of the op's
+kernel or primitive, symbolic sizes included) and compared with the recorded one. Errors
+name the op by position, type and source line.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda x: pj.ops.relu(x), jnp.ones(3))
+>>> prog.verify()                       # silent when the program is well formed
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from paddlejax import adapter
+from paddlejax.ir import attrs as attrs_lib
+from paddlejax.ir.core import Block, Op, Program, TensorType, Value
+
+STRUCTURAL = ("param", "constant", "return", "cond", "while", "scan")
+
+
+class VerificationError(ValueError):
+    """The program is malformed; the message names the op."""
+
+
+def _describe(op: Op, index: int) -> str:
+    loc = f" ({op.loc})" if op.loc else ""
+    return f"op #{index} '{op.type}'{loc}"
+
+
+class _Shapes:
+    """Symbolic sizes shared by all types of one program."""
+
+    def __init__(self, program: Program):
+        self.scope = jax.export.SymbolicScope()
+        self.env: dict = {}
+        symbols = set()
+        for v in program.inputs:
+            for d in v.type.shape:
+                if isinstance(d, str):
+                    symbols |= attrs_lib.dim_symbols(d)
+        if symbols:
+            names = sorted(symbols)
+            dims = jax.export.symbolic_shape(",".join(names), scope=self.scope)
+            self.env = dict(zip(names, dims))
+
+    def struct(self, t: TensorType):
+        shape = tuple(d if isinstance(d, int) else attrs_lib.eval_dim(d, self.env) for d in t.shape)
+        return jax.ShapeDtypeStruct(shape, jax.numpy.dtype(t.dtype))
+
+
+def infer_types(op: Op, in_types: list[TensorType], shapes: "_Shapes") -> list[TensorType]:
+    """Result types of a registry or lax op with operands of ``in_types``."""
+    attrs = attrs_lib.resolve(op.attrs, shapes.env)
+    if op.type.startswith("lax."):
+        prim = adapter.lax_primitive(op.type[4:])
+        if prim is None:
+            raise VerificationError(f"unknown JAX primitive '{op.type[4:]}'")
+        fn = functools.partial(prim.bind, **attrs)
+        multiple = prim.multiple_results
+    else:
+        from paddlejax.ops import registry
+
+        opdef = registry.lookup(op.type)
+        if opdef is None:
+            raise VerificationError(f"unknown op type '{op.type}'")
+        attrs = opdef.check_attrs(attrs)
+        opdef.check_inputs([shapes.struct(t) for t in in_types])
+        fn = functools.partial(opdef.bind, **attrs)
+        multiple = opdef.multiple_results
+    out = jax.eval_shape(fn, *[shapes.struct(t) for t in in_types])
+    return [TensorType.of(o) for o in (out if multiple else [out])]
+
+
+class _Verifier:
+    def __init__(self, program: Program):
+        self.program = program
+        self.shapes = _Shapes(program)
+        self.index = 0
+
+    def block(self, block: Block, expect_args=None) -> None:
+        defined: set[Value] = set(block.args)
+        if expect_args is not None:
+            got = [a.type for a in block.args]
+            if got != list(expect_args):
+                raise VerificationError(f"block '{block.name}' has arguments {_types(got)}, "
+                                        f"expected {_types(expect_args)}")
+        if not block.ops or block.ops[-1].type != "return":
+            raise VerificationError(f"block '{block.name}' does not end in return")
+        for op in block.ops:
+            idx = self.index
+            self.index += 1
+            where = _describe(op, idx)
+            if op.parent is not block:
+                raise VerificationError(f"{where}: parent link is broken")
+            if op.type == "return" and op is not block.ops[-1]:
+                raise VerificationError(f"{where}: return before the end of block '{block.name}'")
+            for i, v in enumerate(op.operands):
+                if v not in defined:
+                    raise VerificationError(f"{where}: operand {i} is used before it is defined "
+                                            "(or comes from another block)")
+                if (op, i) not in v.uses:
+                    raise VerificationError(f"{where}: operand {i} is missing from its use list")
+            for r in op.results:
+                for user, i in r.uses:
+                    if i >= len(user.operands) or user.operands[i] is not r:
+                        raise VerificationError(f"{where}: stale use of result {r.index} by '{user.type}'")
+            try:
+                self.check_op(op)
+            except VerificationError as e:
+                raise VerificationError(f"{where}: {e}") from None
+            except Exception as e:  # a kernel or primitive rejecting its inputs
+                raise VerificationError(f"{where}: {type(e).__name__}: {_first_line(e)}") from None
+            defined.update(op.results)
+
+    def check_op(self, op: Op) -> None:
+        in_types = [v.type for v in op.operands]
+        out_types = [r.type for r in op.results]
+        if op.type == "return":
+            return
+        if op.type == "param":
+            self._check_param(op, out_types)
+        elif op.type == "constant":
+            self._check_constant(op, out_types)
+        elif op.type == "cond":
+            self._check_cond(op, in_types, out_types)
+        elif op.type == "while":
+            self._check_while(op, in_types, out_types)
+        elif op.type == "scan":
+            self._check_scan(op, in_types, out_types)
+        else:
+            if op.blocks:
+                raise VerificationError("only cond, while and scan hold blocks")
+            inferred = _cached_infer(op, in_types, self.shapes)
+            if inferred != out_types:
+                raise VerificationError(f"results are {_types(out_types)} but the inputs give "
+                                        f"{_types(inferred)}")
+
+    def _check_param(self, op, out_types):
+        name = op.attrs.get("name")
+        if op.operands or len(out_types) != 1 or not isinstance(name, str):
+            raise VerificationError("a param has no operands, one result and a name")
+        if name not in self.program.params:
+            raise VerificationError(f"parameter '{name}' has no value")
+        want = TensorType.of(self.program.params[name])
+        if want != out_types[0]:
+            raise VerificationError(f"parameter '{name}' is {want} but the program says {out_types[0]}")
+
+    def _check_constant(self, op, out_types):
+        if op.operands or len(out_types) != 1:
+            raise VerificationError("a constant has no operands and one result")
+        if "name" in op.attrs:
+            name = op.attrs["name"]
+            if name not in self.program.constants:
+                raise VerificationError(f"constant '{name}' has no value")
+            want = TensorType.of(self.program.constants[name])
+            if want != out_types[0]:
+                raise VerificationError(f"constant '{name}' is {want} but the program says {out_types[0]}")
+            return
+        value = op.attrs.get("value")
+        if not isinstance(value, (bool, int, float)) or out_types[0].shape != ():
+            raise VerificationError("an inline constant is a scalar bool, int or float")
+        np.asarray(value, jax.numpy.dtype(out_types[0].dtype))
+
+    def _check_cond(self, op, in_types, out_types):
+        if not op.blocks or not in_types or in_types[0] != TensorType((), "int32"):
+            raise VerificationError("cond takes an i32[] index and at least one branch")
+        for b in op.blocks:
+            self.block(b, in_types[1:])
+            self._results(b, out_types)
+
+    def _check_while(self, op, in_types, out_types):
+        nc, nb = op.attrs.get("cond_nconsts"), op.attrs.get("body_nconsts")
+        if len(op.blocks) != 2 or not isinstance(nc, int) or not isinstance(nb, int) or nc + nb > len(in_types):
+            raise VerificationError("while takes cond and body blocks and valid const counts")
+        carry = in_types[nc + nb:]
+        self.block(op.blocks[0], in_types[:nc] + carry)
+        self._results(op.blocks[0], [TensorType((), "bool")])
+        self.block(op.blocks[1], in_types[nc:nc + nb] + carry)
+        self._results(op.blocks[1], carry)
+        if out_types != carry:
+            raise VerificationError("while results must match its carried values")
+
+    def _check_scan(self, op, in_types, out_types):
+        a = op.attrs
+        nc, ncarry, length = a.get("num_consts"), a.get("num_carry"), a.get("length")
+        if len(op.blocks) != 1 or not isinstance(nc, int) or not isinstance(ncarry, int) \
+                or nc + ncarry > len(in_types) or not isinstance(a.get("reverse"), bool):
+            raise VerificationError("scan takes one body block and valid counts")
+        length = length.expr if isinstance(length, attrs_lib.SymDim) else length
+        xs = in_types[nc + ncarry:]
+        if any(not t.shape or t.shape[0] != length for t in xs):
+            raise VerificationError(f"scanned inputs must have leading size {length}")
+        carry = in_types[nc:nc + ncarry]
+        self.block(op.blocks[0], in_types[:nc] + carry + [TensorType(t.shape[1:], t.dtype) for t in xs])
+        body_out = [v.type for v in op.blocks[0].results]
+        if body_out[:ncarry] != carry:
+            raise VerificationError(f"scan body returns carry {_types(body_out[:ncarry])}, expected {_types(carry)}")
+        ys = [TensorType((length, *t.shape), t.dtype) for t in body_out[ncarry:]]
+        if out_types != carry + ys:
+            raise VerificationError(f"scan results are {_types(out_types)}, expected {_types(carry + ys)}")
+
+    def _results(self, block, expected):
+        got = [v.type for v in block.results]
+        if got != list(expected):
+            raise VerificationError(f"block '{block.name}' returns {_types(got)}, expected {_types(expected)}")
+
+
+_CACHE: dict = {}
+
+
+def _cached_infer(op, in_types, shapes):
+    try:
+        key = (op.type, tuple(sorted(op.attrs.items())), tuple(in_types),
+               tuple(sorted(shapes.env)))
+        hash(key)
+    except TypeError:
+        return infer_types(op, in_types, shapes)
+    if key not in _CACHE:
+        if len(_CACHE) > 50_000:
+            _CACHE.clear()
+        _CACHE[key] = infer_types(op, in_types, shapes)
+    return _CACHE[key]
+
+
+def _types(ts) -> str:
+    return "(" + ", ".join(str(t) for t in ts) + ")"
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def verify(program: Program) -> None:
+    """Check ``program``; raise :class:`VerificationError` on the first problem."""
+    v = _Verifier(program)
+    if program.body.parent is not program:
+        raise VerificationError("program body is detached")
+    v.block(program.body)
+    if len(program.outputs) != program.out_tree.num_leaves:
+        raise VerificationError(f"program returns {len(program.outputs)} values but its output "
+                                f"structure has {program.out_tree.num_leaves}")
+    if len(program.inputs) != program.in_tree.num_leaves:
+        raise VerificationError(f"program takes {len(program.inputs)} inputs but its input "
+                                f"structure has {program.in_tree.num_leaves}")
