@@ -1,0 +1,158 @@
+"""PassManager: run a pipeline of passes, verifying and timing each one.
+
+Pipelines are written as ``"dce,cse,fold_constants{max_elements=64}"``: pass names
+separated by commas, options in braces.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda x: x * 1.0 + 0.0, jnp.ones(3))
+>>> pm = PassManager("eliminate_identity,dce")
+>>> print(pm.run(prog))
+program @<lambda>(%x: f32[3]) -> (f32[3]) {
+  return %x
+}
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import typing
+from typing import Sequence, TextIO
+
+from paddlejax.ir.core import Program
+from paddlejax.ir.verifier import VerificationError, verify
+from paddlejax.passes.base import Pass, PassContext, get_pass, pass_class
+
+
+class PassError(RuntimeError):
+    """A pass failed or left the program invalid; the message names the pass."""
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "{(":
+            depth += 1
+        elif ch in "})":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise ValueError(f"unbalanced braces in pipeline {text!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _convert(cls: type[Pass], key: str, raw: str):
+    hints = typing.get_type_hints(cls)
+    if key not in hints:
+        names = [f.name for f in dataclasses.fields(cls)]
+        raise ValueError(f"pass '{cls.name}' has no option '{key}'; options: {names or 'none'}")
+    kind = hints[key]
+    origin = typing.get_origin(kind)
+    if kind is bool:
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"pass '{cls.name}': option '{key}' expects true or false, got {raw!r}")
+        return raw.lower() in ("true", "1")
+    if origin is tuple:
+        (inner, *_) = typing.get_args(kind)
+        return tuple(inner(v) for v in raw.strip("()").replace(":", ",").split(",") if v.strip())
+    try:
+        return kind(raw) if kind in (int, float, str) else raw
+    except ValueError:
+        raise ValueError(f"pass '{cls.name}': option '{key}' expects {kind.__name__}, got {raw!r}") from None
+
+
+def parse_pipeline(text: str) -> list[Pass]:
+    """Pass instances from a pipeline string.
+
+    >>> [str(p) for p in parse_pipeline("dce, fold_constants{max_elements=8}")]
+    ['dce', 'fold_constants{max_elements=8}']
+    """
+    passes = []
+    for item in _split_top(text, ","):
+        name, _, rest = item.partition("{")
+        name = name.strip()
+        options = {}
+        if rest:
+            if not rest.endswith("}"):
+                raise ValueError(f"bad options for pass '{name}': {item!r}")
+            cls = pass_class(name)
+            for pair in _split_top(rest[:-1].replace(" ", ","), ","):
+                key, eq, raw = pair.partition("=")
+                if not eq:
+                    raise ValueError(f"pass '{name}': option {pair!r} is not key=value")
+                options[key.strip()] = _convert(cls, key.strip(), raw.strip())
+        passes.append(get_pass(name, **options))
+    return passes
+
+
+@dataclasses.dataclass
+class PassRecord:
+    name: str
+    changed: bool
+    stats: dict[str, int]
+    seconds: float
+    ops_before: int
+    ops_after: int
+
+
+class PassManager:
+    """Runs passes in order on a copy of the program.
+
+    ``verify`` checks the IR after every pass; ``print_ir_after`` (True, or a set of pass
+    names) prints it; ``records`` keeps each pass's statistics and time from the last run.
+    """
+
+    def __init__(self, passes: str | Sequence[Pass | str], verify: bool = True,
+                 print_ir_after: bool | set[str] = False, stream: TextIO | None = None):
+        if isinstance(passes, str):
+            passes = parse_pipeline(passes)
+        self.passes = [parse_pipeline(p)[0] if isinstance(p, str) else p for p in passes]
+        self.verify = verify
+        self.print_ir_after = print_ir_after
+        self.stream = stream
+        self.records: list[PassRecord] = []
+
+    def run(self, program: Program, inplace: bool = False) -> Program:
+        """Apply the pipeline; returns the rewritten program (a copy unless ``inplace``)."""
+        program = program if inplace else program.clone()
+        ctx = PassContext()
+        self.records = []
+        for p in self.passes:
+            before = sum(1 for _ in program.walk())
+            start = time.perf_counter()
+            try:
+                result = p.apply(program, ctx)
+            except Exception as e:
+                raise PassError(f"pass '{p}' failed: {type(e).__name__}: {e}") from e
+            seconds = time.perf_counter() - start
+            if self.verify:
+                try:
+                    verify(program)
+                except VerificationError as e:
+                    raise PassError(f"pass '{p}' left an invalid program: {e}") from e
+            self.records.append(PassRecord(str(p), result.changed, dict(result.stats), seconds,
+                                           before, sum(1 for _ in program.walk())))
+            if self.print_ir_after is True or (self.print_ir_after and p.name in self.print_ir_after):
+                out = self.stream or sys.stdout
+                print(f"// ----- IR after {p} -----", file=out)
+                print(program, file=out)
+        return program
+
+    def report(self) -> str:
+        """A table of the last run: pass, ops before → after, changes, time."""
+        rows = [("pass", "ops", "changes", "ms")]
+        for r in self.records:
+            stats = ", ".join(f"{k}={v}" for k, v in r.stats.items() if v) or "-"
+            rows.append((r.name, f"{r.ops_before} -> {r.ops_after}", stats, f"{r.seconds * 1e3:.1f}"))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def run(program: Program, pipeline: str | Sequence[Pass | str], **options) -> Program:
+    """Run a pipeline on a copy of ``program``: ``pj.passes.run(prog, "dce,cse")``."""
+    return PassManager(pipeline, **options).run(program)
