@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 import safetensors
+import safetensors.numpy
 
 from paddlejax import adapter
 from paddlejax.ir import attrs as attrs_lib
@@ -142,11 +143,9 @@ def save(program: Program, path) -> None:
     tensors = {}
     for prefix, arrays in (("params", program.used_params()), ("constants", program.used_constants())):
         for name, value in arrays.items():
-            arr = np.ascontiguousarray(np.asarray(value))
-            tensors[f"{prefix}/{name}"] = {"dtype": _ST_DTYPES[arr.dtype.name], "shape": list(arr.shape),
-                                           "data": arr.tobytes()}
+            tensors[f"{prefix}/{name}"] = np.ascontiguousarray(np.asarray(value))
     json_path, st_path = _paths(path)
-    _atomic_write(st_path, safetensors.serialize(tensors, metadata={"format": "paddlejax.tensors"}))
+    _atomic_write(st_path, safetensors.numpy.save(tensors, metadata={"format": "paddlejax.tensors"}))
     _atomic_write(json_path, json.dumps(doc, indent=1).encode())
 
 

@@ -1,0 +1,1 @@
+"""The ``paddlejax`` command line; one module per command."""
