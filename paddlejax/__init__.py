@@ -9,20 +9,18 @@ import importlib
 
 from paddlejax import ops
 from paddlejax.capture import CaptureError, InputSpec, trace
+from paddlejax.io import ProgramFormatError, load, save
 from paddlejax.ir import Program
+from paddlejax.stablehlo import export
 
 __version__ = "0.1.0"
 
 _LAZY = {"passes", "models", "slim", "hub"}
-_LAZY_ATTRS = {"save": "paddlejax.io", "load": "paddlejax.io", "ProgramFormatError": "paddlejax.io",
-               "export": "paddlejax.export"}
 
 
 def __getattr__(name):
     if name in _LAZY:
         return importlib.import_module(f"paddlejax.{name}")
-    if name in _LAZY_ATTRS:
-        return getattr(importlib.import_module(_LAZY_ATTRS[name]), name)
     raise AttributeError(f"module 'paddlejax' has no attribute '{name}'")
 
 

@@ -264,6 +264,10 @@ class _Converter:
                 env[var] = self._read(block, inner_env, out)
 
     def _make_op(self, eqn, operands):
+        if not all(_is_numeric(v.aval) for v in eqn.outvars):
+            raise CaptureError(f"{_where(eqn)}: '{eqn.primitive.name}' makes a typed PRNG key, which a "
+                               "program cannot hold; create keys outside the traced function and pass "
+                               "their raw data (jax.random.key_data) as an input")
         result_types = [TensorType.of(v.aval) for v in eqn.outvars]
         loc = adapter.source_line(eqn)
         params = eqn.params

@@ -113,3 +113,8 @@ def test_unsupported_construct_names_the_source_line():
 def test_source_lines_point_at_user_code():
     prog = pj.trace(lambda x: pj.ops.relu(x), jnp.ones(3))
     assert prog.body.ops[0].loc.split(":")[0].endswith("test_capture.py")
+
+
+def test_typed_keys_inside_the_function_are_refused_with_advice():
+    with pytest.raises(pj.CaptureError, match=r"test_capture\.py:\d+.*typed PRNG key.*key_data"):
+        pj.trace(lambda x: x + jax.random.normal(jax.random.key(0), x.shape), jnp.ones(3))

@@ -11,7 +11,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from paddlejax.export import export
+    from paddlejax.stablehlo import export
     from paddlejax.io import load
 
     prog = load(args.path)

@@ -72,6 +72,10 @@ def infer_types(op: Op, in_types: list[TensorType], shapes: "_Shapes") -> list[T
         fn = functools.partial(opdef.bind, **attrs)
         multiple = opdef.multiple_results
     out = jax.eval_shape(fn, *[shapes.struct(t) for t in in_types])
+    if op.type == "lax.reshape" and in_types[0].is_static and out.size != in_types[0].size:
+        # lax's abstract rule for reshape leaves the element count to lowering
+        raise VerificationError(f"reshape of {in_types[0]} ({in_types[0].size} elements) to "
+                                f"{tuple(out.shape)} ({out.size} elements)")
     return [TensorType.of(o) for o in (out if multiple else [out])]
 
 
@@ -247,3 +251,4 @@ def verify(program: Program) -> None:
     if len(program.inputs) != program.in_tree.num_leaves:
         raise VerificationError(f"program takes {len(program.inputs)} inputs but its input "
                                 f"structure has {program.in_tree.num_leaves}")
+

@@ -1,0 +1,22 @@
+"""The op library: Paddle's op vocabulary as JAX primitives.
+
+Every op is an :class:`OpDef` and can be called like a function; under tracing it records one
+equation (``jax.make_jaxpr`` shows ``conv2d[...]``), eagerly it runs its reference kernel.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> pj.ops.relu(jnp.array([-1.0, 2.0])).tolist()
+[0.0, 2.0]
+"""
+from paddlejax.ops.registry import Attr, Input, OpDef, all_ops, define, get, lookup  # noqa: F401
+from paddlejax.ops.activation import (gelu, hard_swish, leaky_relu, log_softmax, relu, relu6, sigmoid,  # noqa: F401
+                                      silu, softmax, tanh)
+from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
+from paddlejax.ops.conv import conv2d, conv2d_transpose, depthwise_conv2d  # noqa: F401
+from paddlejax.ops.loss import cross_entropy  # noqa: F401
+from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_max, elementwise_min,  # noqa: F401
+                                elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
+from paddlejax.ops.norm import batch_norm, group_norm, layer_norm  # noqa: F401
+from paddlejax.ops.pool import pool2d  # noqa: F401
+from paddlejax.ops.random import dropout  # noqa: F401
+from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401
+from paddlejax.ops.shape import cast, concat, pad, reshape, slice, split, transpose  # noqa: F401, A004

@@ -1,0 +1,82 @@
+"""Activation ops, softmax and log_softmax (Paddle names and defaults).
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.activation import gelu, leaky_relu
+>>> leaky_relu(jnp.array([-1.0, 2.0])).tolist()
+[-0.009999999776482582, 2.0]
+>>> round(float(gelu(jnp.float32(1.0))), 4)  # exact (erf) form by default, as in Paddle
+0.8413
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+from paddlejax.ops.shape import norm_axis
+
+
+def _activation(name: str, kernel, **attrs):
+    return define(name, kernel, inputs=[Input("x", dtype="float")], attrs=attrs, flops=elementwise_flops)
+
+
+def _relu(x):
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def _relu6(x):
+    """min(max(x, 0), 6)."""
+    return jnp.clip(x, 0, 6)
+
+
+def _gelu(x, *, approximate):
+    """Gaussian error linear unit: exact erf form, or the tanh approximation if ``approximate``."""
+    return jax.nn.gelu(x, approximate=approximate)
+
+
+def _sigmoid(x):
+    """1 / (1 + exp(-x))."""
+    return jax.nn.sigmoid(x)
+
+
+def _tanh(x):
+    """Hyperbolic tangent."""
+    return jnp.tanh(x)
+
+
+def _silu(x):
+    """x * sigmoid(x)."""
+    return jax.nn.silu(x)
+
+
+def _leaky_relu(x, *, negative_slope):
+    """x where positive, negative_slope * x elsewhere."""
+    return jnp.where(x >= 0, x, negative_slope * x)
+
+
+def _hard_swish(x):
+    """Paddle's hard_swish: x * relu6(x + 3) / 6."""
+    return x * jnp.clip(x + 3, 0, 6) / 6
+
+
+def _softmax(x, *, axis):
+    """exp(x) / sum(exp(x)) along ``axis``."""
+    return jax.nn.softmax(x, axis=norm_axis("softmax", "axis", axis, x.ndim))
+
+
+def _log_softmax(x, *, axis):
+    """log(softmax(x)) along ``axis``, computed stably."""
+    return jax.nn.log_softmax(x, axis=norm_axis("log_softmax", "axis", axis, x.ndim))
+
+
+relu = _activation("relu", _relu)
+relu6 = _activation("relu6", _relu6)
+gelu = _activation("gelu", _gelu, approximate=Attr("bool", False))
+sigmoid = _activation("sigmoid", _sigmoid)
+tanh = _activation("tanh", _tanh)
+silu = _activation("silu", _silu)
+leaky_relu = _activation("leaky_relu", _leaky_relu, negative_slope=Attr("float", 0.01))
+hard_swish = _activation("hard_swish", _hard_swish)
+softmax = _activation("softmax", _softmax, axis=Attr("int", -1))
+log_softmax = _activation("log_softmax", _log_softmax, axis=Attr("int", -1))

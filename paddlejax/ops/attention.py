@@ -1,0 +1,91 @@
+"""Scaled dot-product attention in Paddle's (and ``jax.nn.dot_product_attention``'s) layout
+``[batch, seq, heads, head_dim]``.
+
+``mask`` is boolean (True keeps a position) or an additive float bias, broadcastable to
+``[batch, heads, q_len, k_len]``; ``is_causal`` masks keys after each query (top-left
+aligned). Key/value may have fewer heads than the query (grouped-query attention).
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.attention import scaled_dot_product_attention
+>>> q = jnp.ones((1, 4, 2, 8))
+>>> scaled_dot_product_attention(q, q, q, is_causal=True).shape
+(1, 4, 2, 8)
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.shape import input_error
+
+_OP = "scaled_dot_product_attention"
+
+
+def _check(query, key, value, mask):
+    b, sq, h, d = query.shape
+    if key.shape[0] != b or key.shape[3] != d or h % key.shape[2]:
+        raise input_error(_OP, "key", f"shape [{b}, k_len, heads dividing {h}, {d}]", key.shape)
+    if value.shape != key.shape:
+        raise input_error(_OP, "value", f"key's shape {key.shape}", value.shape)
+    full = (b, h, sq, key.shape[1])
+    if mask is not None:
+        try:
+            ok = np.broadcast_shapes(mask.shape, full) == full
+        except ValueError:
+            ok = False
+        if not ok:
+            raise input_error(_OP, "mask", f"a shape broadcastable to {full}", mask.shape)
+
+
+def _large_negative(dtype):
+    # the same finite "minus infinity" as jax.nn.dot_product_attention, so fully masked rows agree
+    return jnp.asarray(-0.7 * jnp.finfo(dtype).max, dtype)
+
+
+def _sdpa(query, key, value, mask=None, *, is_causal, scale):
+    """softmax(q k^T * scale + mask) v, computed explicitly in (at least) float32."""
+    _check(query, key, value, mask)
+    b, sq, h, d = query.shape
+    sk, hk = key.shape[1:3]
+    dt = jnp.promote_types(query.dtype, jnp.float32)
+    q = query.astype(dt).reshape(b, sq, hk, h // hk, d)
+    logits = jnp.einsum("bqkgd,bskd->bkgqs", q, key.astype(dt)).reshape(b, h, sq, sk)
+    logits = logits * (1 / math.sqrt(d) if scale is None else scale)
+    if mask is not None and mask.dtype == jnp.bool_:
+        logits = jnp.where(mask, logits, _large_negative(dt))
+    elif mask is not None:
+        logits = logits + mask.astype(dt)
+    if is_causal:
+        logits = jnp.where(jnp.tril(jnp.ones((sq, sk), bool)), logits, _large_negative(dt))
+    probs = jax.nn.softmax(logits, axis=-1).reshape(b, hk, h // hk, sq, sk)
+    out = jnp.einsum("bkgqs,bskd->bqkgd", probs, value.astype(dt))
+    return out.reshape(b, sq, h, d).astype(query.dtype)
+
+
+def _sdpa_xla(query, key, value, mask=None, *, is_causal, scale):
+    """jax.nn.dot_product_attention (XLA implementation)."""
+    _check(query, key, value, mask)
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    is_bool = mask is not None and mask.dtype == jnp.bool_
+    return jax.nn.dot_product_attention(query, key, value, bias=None if is_bool else mask,
+                                        mask=mask if is_bool else None, scale=scale, is_causal=is_causal,
+                                        implementation="xla")
+
+
+def _sdpa_flops(in_shapes, out_shapes, attrs):
+    """4 * batch * heads * q_len * k_len * head_dim (two matmuls)."""
+    b, sq, h, d = in_shapes[0]
+    return 4 * b * h * sq * in_shapes[1][1] * d
+
+
+scaled_dot_product_attention = define(
+    _OP, _sdpa,
+    inputs=[Input("query", rank=4, dtype="float"), Input("key", rank=4, dtype="float"),
+            Input("value", rank=4, dtype="float"), Input("mask", rank=(1, 2, 3, 4), optional=True)],
+    attrs={"is_causal": Attr("bool", False), "scale": Attr("float", None, optional=True)},
+    variants={"xla": _sdpa_xla}, flops=_sdpa_flops)

@@ -1,0 +1,196 @@
+"""Convolutions: conv2d, depthwise_conv2d and conv2d_transpose with Paddle's weight layouts.
+
+conv2d weights are OIHW ``[out_c, in_c / groups, kh, kw]`` and conv2d_transpose weights
+``[in_c, out_c / groups, kh, kw]`` for either ``data_format``. ``padding="SAME"`` follows
+Paddle: pads are computed from the undilated kernel and dilation is then ignored.
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.conv import conv2d
+>>> conv2d(jnp.ones((1, 3, 8, 8)), jnp.ones((4, 3, 3, 3)), stride=2, padding=1).shape
+(1, 4, 4, 4)
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.shape import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
+                                 to_channels_last)
+
+
+def paddle_padding(padding, in_hw, k_hw, stride, dilation):
+    """Explicit ``((lo, hi), (lo, hi))`` pads and the dilation to use, resolving SAME/VALID
+    the way Paddle does (SAME uses the undilated kernel and resets dilation to 1)."""
+    if padding == "VALID":
+        return ((0, 0), (0, 0)), dilation
+    if padding == "SAME":
+        pads = []
+        for n, k, s in zip(in_hw, k_hw, stride):
+            total = max((-(-n // s) - 1) * s + k - n, 0)
+            pads.append((total // 2, total - total // 2))
+        return tuple(pads), (1,) * len(dilation)
+    return padding, dilation
+
+
+def _spatial(x, data_format):
+    return to_channels_last(x, data_format).shape[1:3]
+
+
+def _add_bias(y, bias, data_format):
+    if bias is None:
+        return y
+    shape = [1] * y.ndim
+    shape[channel_axis(data_format, y.ndim)] = -1
+    return y + bias.reshape(shape)
+
+
+def _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format):
+    """Validate shapes against attributes; returns explicit pads and dilation."""
+    cin = x.shape[channel_axis(data_format, 4)]
+    cout, cin_g, kh, kw = weight.shape
+    if cin % groups:
+        raise attr_error(op, "groups", f"a divisor of the input channels ({cin})", groups)
+    if cin_g != cin // groups or cout % groups:
+        raise input_error(op, "weight", f"shape [out_c (a multiple of {groups}), {cin // groups}, kh, kw]",
+                          weight.shape)
+    if bias is not None and bias.shape != (cout,):
+        raise input_error(op, "bias", f"shape ({cout},)", bias.shape)
+    pads, dil = paddle_padding(padding, _spatial(x, data_format), (kh, kw), stride, dilation)
+    for n, (lo, hi), k, d in zip(_spatial(x, data_format), pads, (kh, kw), dil):
+        if n + lo + hi < d * (k - 1) + 1:
+            raise attr_error(op, "padding", f"a padded input at least as large as the (dilated) kernel "
+                             f"{(kh, kw)}; input is {tuple(x.shape)}", padding)
+    return pads, dil
+
+
+# Implementations share one signature: (x, weight, stride, pads, dilation, groups, data_format).
+
+def _lax_conv(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution with Paddle's OIHW weight, via lax.conv_general_dilated."""
+    return lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dil,
+                                    dimension_numbers=(fmt, "OIHW", fmt), feature_group_count=groups)
+
+
+def _lax_nhwc(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution computed in NHWC/HWIO layout (the TPU/GPU-friendly one)."""
+    y = lax.conv_general_dilated(to_channels_last(x, fmt), jnp.transpose(w, (2, 3, 1, 0)), stride, pads,
+                                 rhs_dilation=dil, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                 feature_group_count=groups)
+    return from_channels_last(y, fmt)
+
+
+def _grouped_matmul(cols, w, groups):
+    """``[N, Ho, Wo, groups*K] x [out_c, K]`` per group -> ``[N, Ho, Wo, out_c]``."""
+    n, ho, wo, _ = cols.shape
+    cols = cols.reshape(n, ho, wo, groups, -1)
+    y = jnp.einsum("nhwgk,gok->nhwgo", cols, w.reshape(groups, w.shape[0] // groups, -1))
+    return y.reshape(n, ho, wo, -1)
+
+
+def _im2col(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution as patch extraction followed by one (grouped) matmul."""
+    patches = lax.conv_general_dilated_patches(to_channels_last(x, fmt), w.shape[2:], stride, pads,
+                                               rhs_dilation=dil, dimension_numbers=("NHWC", "OIHW", "NHWC"))
+    # patches are ordered (channel, kh, kw), matching the OIHW weight flattened per output channel
+    return from_channels_last(_grouped_matmul(patches, w, groups), fmt)
+
+
+def _shifted_matmul(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution as a sum over kernel taps of strided-slice matmuls (no patch buffer)."""
+    xl = to_channels_last(x, fmt)
+    xp = jnp.pad(xl, ((0, 0), *pads, (0, 0)))
+    kh, kw = w.shape[2:]
+    out_hw = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(xp.shape[1:3], (kh, kw), stride, dil)]
+    y = 0
+    for i in range(kh):
+        for j in range(kw):
+            start = (0, i * dil[0], j * dil[1], 0)
+            limit = (xp.shape[0], start[1] + (out_hw[0] - 1) * stride[0] + 1,
+                     start[2] + (out_hw[1] - 1) * stride[1] + 1, xp.shape[3])
+            tap = lax.slice(xp, start, limit, (1, *stride, 1))
+            y = y + _grouped_matmul(tap, w[:, :, i, j], groups)
+    return from_channels_last(y, fmt)
+
+
+def _conv_kernel(op, impl):
+    """An op kernel around ``impl``: validation, Paddle padding and bias are common to all."""
+
+    def kernel(x, weight, bias=None, *, stride, padding, dilation, data_format, groups=None):
+        if groups is None:  # depthwise: one group per input channel
+            groups = x.shape[channel_axis(data_format, 4)]
+        pads, dil = _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format)
+        return _add_bias(impl(x, weight, stride, pads, dil, groups, data_format), bias, data_format)
+
+    kernel.__doc__ = impl.__doc__
+    kernel.__name__ = f"{op}_{impl.__name__.strip('_')}"
+    return kernel
+
+
+def _conv_flops(in_shapes, out_shapes, attrs):
+    """2 * N * Ho * Wo * out_c * (in_c / groups) * kh * kw."""
+    return 2 * math.prod(out_shapes[0]) * math.prod(in_shapes[1][1:])
+
+
+_VARIANTS = {"lax_nhwc": _lax_nhwc, "im2col": _im2col, "shifted_matmul": _shifted_matmul}
+
+
+def _conv_attrs(**extra):
+    return {"stride": Attr("ints", (1, 1), length=2, minimum=1),
+            "padding": Attr("padding", ((0, 0), (0, 0))),
+            "dilation": Attr("ints", (1, 1), length=2, minimum=1),
+            **extra,
+            "data_format": Attr("str", "NCHW", choices=LAYOUTS)}
+
+
+def _define_conv(name, **extra):
+    return define(name, _conv_kernel(name, _lax_conv),
+                  inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
+                          Input("bias", rank=1, dtype="float", optional=True)],
+                  attrs=_conv_attrs(**extra),
+                  variants={v: _conv_kernel(name, impl) for v, impl in _VARIANTS.items()},
+                  flops=_conv_flops)
+
+
+conv2d = _define_conv("conv2d", groups=Attr("int", 1, minimum=1))
+depthwise_conv2d = _define_conv("depthwise_conv2d")
+
+
+def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, dilation, groups, data_format):
+    """Transposed 2-D convolution (the input-gradient of conv2d), weight [in_c, out_c/groups, kh, kw]."""
+    op = "conv2d_transpose"
+    cin = x.shape[channel_axis(data_format, 4)]
+    wcin, cout_g, kh, kw = weight.shape
+    if cin % groups:
+        raise attr_error(op, "groups", f"a divisor of the input channels ({cin})", groups)
+    if wcin != cin:
+        raise input_error(op, "weight", f"shape [{cin}, out_c/groups, kh, kw]", weight.shape)
+    if bias is not None and bias.shape != (cout_g * groups,):
+        raise input_error(op, "bias", f"shape ({cout_g * groups},)", bias.shape)
+    pads, dil = paddle_padding(padding, _spatial(x, data_format), (kh, kw), stride, dilation)
+    if any(p >= max(s, d) for p, s, d in zip(output_padding, stride, dil)):
+        raise attr_error(op, "output_padding", f"values smaller than max(stride, dilation) {stride}/{dil}",
+                         output_padding)
+    out_hw = [(n - 1) * s - lo - hi + d * (k - 1) + 1 + o for n, s, (lo, hi), k, d, o
+              in zip(_spatial(x, data_format), stride, pads, (kh, kw), dil, output_padding)]
+    if min(out_hw) <= 0:
+        raise attr_error(op, "padding", f"pads leaving a positive output size (would be {out_hw})", padding)
+    # A transposed conv is a conv over the stride-dilated input with the kernel flipped and
+    # its in/out channel roles swapped (per group).
+    w = weight.reshape(groups, cin // groups, cout_g, kh, kw).swapaxes(1, 2)
+    w = w.reshape(groups * cout_g, cin // groups, kh, kw)[:, :, ::-1, ::-1]
+    conv_pads = [(d * (k - 1) - lo, d * (k - 1) - hi + op_)
+                 for (lo, hi), k, d, op_ in zip(pads, (kh, kw), dil, output_padding)]
+    y = lax.conv_general_dilated(x, w, (1, 1), conv_pads, lhs_dilation=stride, rhs_dilation=dil,
+                                 dimension_numbers=(data_format, "OIHW", data_format), feature_group_count=groups)
+    return _add_bias(y, bias, data_format)
+
+
+conv2d_transpose = define(
+    "conv2d_transpose", _conv2d_transpose,
+    inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
+            Input("bias", rank=1, dtype="float", optional=True)],
+    attrs=_conv_attrs(output_padding=Attr("ints", (0, 0), length=2, minimum=0), groups=Attr("int", 1, minimum=1)),
+    flops=lambda in_shapes, out_shapes, attrs: 2 * math.prod(in_shapes[0]) * math.prod(in_shapes[1][1:]))

@@ -1,0 +1,103 @@
+"""Arithmetic ops: Paddle's elementwise binaries, linear, matmul and embedding.
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.math import linear, elementwise_add
+>>> linear(jnp.ones((2, 3)), jnp.ones((3, 4))).shape  # weight is [in, out], as in Paddle
+(2, 4)
+>>> elementwise_add(jnp.ones((2, 1)), jnp.arange(3.0)).tolist()
+[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+from paddlejax.ops.shape import attr_error, input_error
+
+
+def _elementwise(name: str, fn, doc: str):
+    def kernel(x, y):
+        try:
+            np.broadcast_shapes(x.shape, y.shape)
+        except ValueError:
+            raise ValueError(f"{name}: inputs 'x' {tuple(x.shape)} and 'y' {tuple(y.shape)} "
+                             "do not broadcast") from None
+        return fn(x, y)
+
+    kernel.__doc__ = doc
+    kernel.__name__ = name
+    return define(name, kernel, inputs=[Input("x"), Input("y")], flops=elementwise_flops)
+
+
+elementwise_add = _elementwise("elementwise_add", jnp.add, "x + y with numpy broadcasting.")
+elementwise_sub = _elementwise("elementwise_sub", jnp.subtract, "x - y with numpy broadcasting.")
+elementwise_mul = _elementwise("elementwise_mul", jnp.multiply, "x * y with numpy broadcasting.")
+elementwise_div = _elementwise("elementwise_div", jnp.true_divide, "x / y with numpy broadcasting.")
+elementwise_max = _elementwise("elementwise_max", jnp.maximum, "Elementwise maximum with numpy broadcasting.")
+elementwise_min = _elementwise("elementwise_min", jnp.minimum, "Elementwise minimum with numpy broadcasting.")
+elementwise_pow = _elementwise("elementwise_pow", jnp.power, "x ** y with numpy broadcasting.")
+
+
+def _linear(x, weight, bias=None):
+    """``x @ weight + bias`` with Paddle's ``[in_features, out_features]`` weight."""
+    if x.shape[-1] != weight.shape[0]:
+        raise input_error("linear", "weight", f"shape [{x.shape[-1]}, out_features]", weight.shape)
+    if bias is not None and bias.shape != weight.shape[1:]:
+        raise input_error("linear", "bias", f"shape {weight.shape[1:]}", bias.shape)
+    y = jnp.matmul(x, weight)
+    return y if bias is None else y + bias
+
+
+linear = define("linear", _linear,
+                inputs=[Input("x", rank=tuple(range(1, 9)), dtype="float"), Input("weight", rank=2, dtype="float"),
+                        Input("bias", rank=1, dtype="float", optional=True)],
+                flops=lambda ins, outs, attrs: 2 * math.prod(ins[0]) * ins[1][1])
+
+
+def _contracted(shape, transpose_x):
+    """Size of x's contracted dimension."""
+    return shape[-2] if transpose_x and len(shape) >= 2 else shape[-1]
+
+
+def _matmul(x, y, *, transpose_x, transpose_y):
+    """Batched matrix product with numpy broadcasting; transposes swap the last two axes."""
+    if transpose_x and x.ndim >= 2:
+        x = jnp.swapaxes(x, -1, -2)
+    if transpose_y and y.ndim >= 2:
+        y = jnp.swapaxes(y, -1, -2)
+    ky = y.shape[-2] if y.ndim >= 2 else y.shape[0]
+    if x.shape[-1] != ky:
+        raise input_error("matmul", "y", f"contracted size {x.shape[-1]} (after transpose_x={transpose_x}, "
+                          f"transpose_y={transpose_y})", tuple(y.shape))
+    try:
+        np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions of 'x' {x.shape} and 'y' {y.shape} do not broadcast") from None
+    return jnp.matmul(x, y)
+
+
+def _matmul_flops(in_shapes, out_shapes, attrs):
+    return 2 * math.prod(out_shapes[0]) * _contracted(in_shapes[0], attrs.get("transpose_x", False))
+
+
+matmul = define("matmul", _matmul, inputs=[Input("x", rank=tuple(range(1, 9))), Input("y", rank=tuple(range(1, 9)))],
+                attrs={"transpose_x": Attr("bool", False), "transpose_y": Attr("bool", False)},
+                flops=_matmul_flops)
+
+
+def _embedding(ids, weight, *, padding_idx):
+    """Rows of ``weight`` picked by ``ids``; the ``padding_idx`` row reads as zeros and gets no gradient."""
+    out = jnp.take(weight, ids, axis=0)
+    if padding_idx is None:
+        return out
+    vocab = weight.shape[0]
+    if not -vocab <= padding_idx < vocab:
+        raise attr_error("embedding", "padding_idx", f"an index in [{-vocab}, {vocab})", padding_idx)
+    return jnp.where((ids == padding_idx % vocab)[..., None], jnp.zeros((), weight.dtype), out)
+
+
+embedding = define("embedding", _embedding, inputs=[Input("ids", dtype="int"), Input("weight", rank=2, dtype="float")],
+                   attrs={"padding_idx": Attr("int", None, optional=True)})

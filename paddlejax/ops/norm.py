@@ -1,0 +1,127 @@
+"""Normalisation ops: batch_norm, layer_norm, group_norm (Paddle semantics).
+
+Statistics are computed in at least float32 and the result is cast back to the input dtype.
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.norm import batch_norm
+>>> out, mean, var = batch_norm(jnp.ones((2, 3, 4, 4)), jnp.zeros(3), jnp.ones(3), training=True)
+>>> mean.tolist()  # 0.9 * 0 + 0.1 * 1
+[0.10000000149011612, 0.10000000149011612, 0.10000000149011612]
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.shape import attr_error, channel_axis, from_channels_last, input_error, norm_axis, to_channels_last
+
+# Paddle layout names by rank; only "channels first or last" matters here.
+_NORM_LAYOUTS = ("NC", "NCL", "NCHW", "NCDHW", "NLC", "NHWC", "NDHWC")
+
+
+def _stat_dtype(x):
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
+def _check_shape(op, name, arr, shape):
+    if arr is not None and arr.shape != tuple(shape):
+        raise input_error(op, name, f"shape {tuple(shape)}", arr.shape)
+
+
+def _normalise(x, mean, var, epsilon, weight, bias):
+    """``(x - mean) / sqrt(var + eps) * weight + bias``, all already broadcastable."""
+    y = (x - mean) * lax.rsqrt(var + epsilon)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon, momentum, training, data_format):
+    """Batch norm over all axes but the channel one; returns (out, mean_out, variance_out).
+
+    Training normalises with the batch mean and biased batch variance and updates the
+    running stats as ``momentum * running + (1 - momentum) * batch`` (Paddle also uses the
+    biased variance there). Inference uses the running stats and passes them through.
+    """
+    axis = channel_axis(data_format, x.ndim)
+    c = x.shape[axis]
+    for name, arr in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                      ("bias", bias)):
+        _check_shape("batch_norm", name, arr, (c,))
+    bshape = [1] * x.ndim
+    bshape[axis] = c
+    xs = x.astype(_stat_dtype(x))
+    if training:
+        axes = tuple(i for i in range(x.ndim) if i != axis)
+        mean, var = jnp.mean(xs, axes), jnp.var(xs, axes)
+        mean_out = momentum * running_mean + (1 - momentum) * mean.astype(running_mean.dtype)
+        var_out = momentum * running_var + (1 - momentum) * var.astype(running_var.dtype)
+    else:
+        mean, var, mean_out, var_out = running_mean, running_var, running_mean, running_var
+    b = lambda a: None if a is None else a.reshape(bshape)  # noqa: E731
+    out = _normalise(xs, b(mean), b(var), epsilon, b(weight), b(bias))
+    return out.astype(x.dtype), mean_out, var_out
+
+
+def _layer_norm(x, weight=None, bias=None, *, epsilon, begin_norm_axis):
+    """Normalise over axes ``[begin_norm_axis:]``; weight/bias cover those axes (or are flat)."""
+    begin = norm_axis("layer_norm", "begin_norm_axis", begin_norm_axis, x.ndim)
+    shape = x.shape[begin:]
+    size = math.prod(shape)
+    affine = []
+    for name, arr in (("weight", weight), ("bias", bias)):
+        if arr is not None and arr.shape not in (shape, (size,)):
+            raise input_error("layer_norm", name, f"shape {shape} or ({size},)", arr.shape)
+        affine.append(None if arr is None else arr.reshape(shape))
+    xs = x.astype(_stat_dtype(x))
+    axes = tuple(range(begin, x.ndim))
+    mean, var = jnp.mean(xs, axes, keepdims=True), jnp.var(xs, axes, keepdims=True)
+    return _normalise(xs, mean, var, epsilon, *affine).astype(x.dtype)
+
+
+def _group_norm(x, weight=None, bias=None, *, groups, epsilon, data_format):
+    """Normalise each group of ``channels / groups`` channels (and all spatial positions)."""
+    xl = to_channels_last(x, data_format)
+    c = xl.shape[-1]
+    if c % groups:
+        raise attr_error("group_norm", "groups", f"a divisor of the channels ({c})", groups)
+    _check_shape("group_norm", "weight", weight, (c,))
+    _check_shape("group_norm", "bias", bias, (c,))
+    xs = xl.astype(_stat_dtype(x))
+    g = xs.reshape(xs.shape[0], -1, groups, c // groups)
+    mean, var = jnp.mean(g, (1, 3), keepdims=True), jnp.var(g, (1, 3), keepdims=True)
+    per_group = lambda a: None if a is None else a.reshape(groups, c // groups)  # noqa: E731
+    out = _normalise(g, mean, var, epsilon, per_group(weight), per_group(bias)).reshape(xl.shape)
+    return from_channels_last(out.astype(x.dtype), data_format)
+
+
+def _norm_flops(in_shapes, out_shapes, attrs):
+    """About five FLOPs per output element (subtract, square, scale, shift, plus statistics)."""
+    return 5 * math.prod(out_shapes[0])
+
+
+_float = dict(dtype="float")
+batch_norm = define(
+    "batch_norm", _batch_norm,
+    inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("running_mean", rank=1, **_float),
+            Input("running_var", rank=1, **_float), Input("weight", rank=1, optional=True, **_float),
+            Input("bias", rank=1, optional=True, **_float)],
+    attrs={"epsilon": Attr("float", 1e-5, minimum=0), "momentum": Attr("float", 0.9, minimum=0),
+           "training": Attr("bool", False), "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
+    outputs=("out", "mean_out", "variance_out"),
+    flops=_norm_flops)
+layer_norm = define(
+    "layer_norm", _layer_norm,
+    inputs=[Input("x", **_float), Input("weight", optional=True, **_float), Input("bias", optional=True, **_float)],
+    attrs={"epsilon": Attr("float", 1e-5, minimum=0), "begin_norm_axis": Attr("int", -1)},
+    flops=_norm_flops)
+group_norm = define(
+    "group_norm", _group_norm,
+    inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("weight", rank=1, optional=True, **_float),
+            Input("bias", rank=1, optional=True, **_float)],
+    attrs={"groups": Attr("int", minimum=1), "epsilon": Attr("float", 1e-5, minimum=0),
+           "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
+    flops=_norm_flops)

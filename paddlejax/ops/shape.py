@@ -1,0 +1,179 @@
+"""Shape ops (reshape, transpose, concat, split, slice, pad, cast) and the small helpers the
+other op modules share: error messages, axis normalisation and channel-layout handling.
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.shape import reshape, split
+>>> reshape(jnp.zeros((2, 3, 4)), shape=(0, -1)).shape
+(2, 12)
+>>> [p.shape for p in split(jnp.zeros((2, 6)), num_or_sections=(1, -1), axis=1)]
+[(2, 1), (2, 5)]
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from paddlejax.ops.registry import Attr, Input, _is_int, define
+
+# ---------------------------------------------------------------------------------------
+# Shared helpers
+
+
+def attr_error(op: str, name: str, expected: str, got) -> ValueError:
+    """The registry's message format: ``op: attribute 'name' expects ..., got ...``."""
+    return ValueError(f"{op}: attribute '{name}' expects {expected}, got {got!r}")
+
+
+def input_error(op: str, name: str, expected: str, got) -> ValueError:
+    return ValueError(f"{op}: input '{name}' expects {expected}, got {got!r}")
+
+
+def norm_axis(op: str, name: str, axis: int, ndim: int) -> int:
+    """``axis`` in ``[0, ndim)``; negative axes count from the end, as in Paddle."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise attr_error(op, name, f"an axis in [{-ndim}, {ndim})", axis)
+    return axis % max(ndim, 1)
+
+
+def norm_axes(op: str, name: str, axes, ndim: int) -> tuple[int, ...]:
+    out = tuple(norm_axis(op, name, a, ndim) for a in axes)
+    if len(set(out)) != len(out):
+        raise attr_error(op, name, "distinct axes", axes)
+    return out
+
+
+class IntOrInts(Attr):
+    """An ``ints`` attribute that also takes a bare int as a 1-tuple (Paddle's
+    ``axis=1`` / ``num_or_sections=3``)."""
+
+    def _normalise(self, op, what, value):
+        return super()._normalise(op, what, (value,) if _is_int(value) else value)
+
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def channel_axis(data_format: str, ndim: int) -> int:
+    """Channel axis of a Paddle layout string: ``N C ...`` is 1, ``N ... C`` is last."""
+    return 1 if data_format[1] == "C" else ndim - 1
+
+
+def to_channels_last(x, data_format: str):
+    """``x`` with channels last, whatever ``data_format`` it came in."""
+    return jnp.moveaxis(x, 1, -1) if channel_axis(data_format, x.ndim) == 1 else x
+
+
+def from_channels_last(x, data_format: str):
+    """Inverse of :func:`to_channels_last`."""
+    return jnp.moveaxis(x, -1, 1) if channel_axis(data_format, x.ndim) == 1 else x
+
+
+# ---------------------------------------------------------------------------------------
+# Ops
+
+
+def _reshape(x, *, shape):
+    """Paddle reshape: 0 copies the input dimension at that index, one -1 is inferred."""
+    if sum(d == -1 for d in shape) > 1 or any(d < -1 for d in shape):
+        raise attr_error("reshape", "shape", "sizes >= 0 with at most one -1", shape)
+    if any(d == 0 and i >= x.ndim for i, d in enumerate(shape)):
+        raise attr_error("reshape", "shape", f"0 (copy) only within the input rank {x.ndim}", shape)
+    dims = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    known = math.prod(d for d in dims if d != -1)
+    if -1 in dims:
+        if known == 0 or x.size % known:
+            raise attr_error("reshape", "shape", f"a shape compatible with {x.shape}", shape)
+        dims[dims.index(-1)] = x.size // known
+    if math.prod(dims) != x.size:
+        raise attr_error("reshape", "shape", f"{x.size} elements like input {x.shape}", shape)
+    return jnp.reshape(x, dims)
+
+
+def _transpose(x, *, perm):
+    """Permute the axes of ``x``."""
+    if sorted(perm) != list(range(x.ndim)):
+        raise attr_error("transpose", "perm", f"a permutation of range({x.ndim})", perm)
+    return jnp.transpose(x, perm)
+
+
+def _concat(*xs, axis):
+    """Join arrays along ``axis``; all other dimensions must match."""
+    ax = norm_axis("concat", "axis", axis, xs[0].ndim)
+    for i, x in enumerate(xs):
+        if x.ndim != xs[0].ndim or any(a != b for d, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if d != ax):
+            raise input_error("concat", f"x{i}", f"shape {xs[0].shape} except along axis {ax}", x.shape)
+    return jnp.concatenate(xs, axis=ax)
+
+
+def _split_sizes(n: int, sections: tuple[int, ...]) -> list[int]:
+    if len(sections) == 1:
+        parts = sections[0]
+        if parts < 1 or n % parts:
+            raise attr_error("split", "num_or_sections", f"a divisor of the axis size ({n})", parts)
+        return [n // parts] * parts
+    if sum(s == -1 for s in sections) > 1 or any(s < -1 for s in sections):
+        raise attr_error("split", "num_or_sections", "sizes >= 0 with at most one -1", sections)
+    sizes = list(sections)
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = n - (sum(sizes) + 1)
+    if sum(sizes) != n or min(sizes) < 0:
+        raise attr_error("split", "num_or_sections", f"sizes summing to the axis size ({n})", sections)
+    return sizes
+
+
+def _split(x, *, num_or_sections, axis):
+    """Split ``x`` along ``axis`` into equal parts (a single int) or parts of given sizes."""
+    ax = norm_axis("split", "axis", axis, x.ndim)
+    bounds = np.cumsum([0] + _split_sizes(x.shape[ax], num_or_sections))
+    return tuple(lax.slice_in_dim(x, int(lo), int(hi), axis=ax) for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def _slice(x, *, axes, starts, ends):
+    """Paddle slice: negative starts/ends count from the end, out-of-range bounds clamp."""
+    if not len(axes) == len(starts) == len(ends):
+        raise attr_error("slice", "starts", f"as many starts and ends as axes ({len(axes)})", (starts, ends))
+    lo, hi = [0] * x.ndim, list(x.shape)
+    for ax, s, e in zip(norm_axes("slice", "axes", axes, x.ndim), starts, ends):
+        n = x.shape[ax]
+        s, e = (min(max(v + n if v < 0 else v, 0), n) for v in (s, e))
+        lo[ax], hi[ax] = s, max(s, e)
+    return lax.slice(x, lo, hi)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "replicate": "edge",
+              "circular": "wrap"}
+
+
+def _pad(x, *, paddings, mode, value):
+    """Pad every dimension; ``paddings`` is (low, high) per dimension, first to last."""
+    if len(paddings) != 2 * x.ndim:
+        raise attr_error("pad", "paddings", f"2 ints per dimension ({2 * x.ndim})", paddings)
+    pairs = list(zip(paddings[::2], paddings[1::2]))
+    # reflect mirrors without repeating the edge, so it needs pad < size; the others need size > 0
+    limit = (lambda n: n - 1) if mode == "reflect" else (lambda n: 0 if n == 0 else math.inf)
+    if mode != "constant" and any(max(p) > limit(n) for p, n in zip(pairs, x.shape)):
+        raise attr_error("pad", "paddings", f"pads that fit the input dims {x.shape} in mode {mode!r}", paddings)
+    if mode == "constant":
+        return jnp.pad(x, pairs, constant_values=jnp.asarray(value, x.dtype))
+    return jnp.pad(x, pairs, mode=_PAD_MODES[mode])
+
+
+def _cast(x, *, dtype):
+    """Convert ``x`` to ``dtype``."""
+    return lax.convert_element_type(x, dtype)
+
+
+reshape = define("reshape", _reshape, inputs=[Input("x")], attrs={"shape": Attr("ints")})
+transpose = define("transpose", _transpose, inputs=[Input("x")], attrs={"perm": Attr("ints")})
+concat = define("concat", _concat, inputs=[Input("x", variadic=True)], attrs={"axis": Attr("int", 0)})
+split = define("split", _split, inputs=[Input("x")], outputs=("outs",), multiple_results=True,
+               attrs={"num_or_sections": IntOrInts("ints"), "axis": Attr("int", 0)})
+slice = define("slice", _slice, inputs=[Input("x")],  # noqa: A001  (Paddle's name)
+               attrs={"axes": IntOrInts("ints"), "starts": IntOrInts("ints"), "ends": IntOrInts("ints")})
+pad = define("pad", _pad, inputs=[Input("x")],
+             attrs={"paddings": Attr("ints", minimum=0), "mode": Attr("str", "constant", choices=tuple(_PAD_MODES)),
+                    "value": Attr("float", 0.0)})
+cast = define("cast", _cast, inputs=[Input("x")], attrs={"dtype": Attr("dtype")})

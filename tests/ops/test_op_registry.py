@@ -1,0 +1,121 @@
+"""Registry-level behaviour of the op library: what is registered, and that bad attributes and
+inputs raise ValueErrors naming the op and the attribute or input."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import paddlejax.ops as ops
+
+OP_NAMES = {
+    "conv2d", "depthwise_conv2d", "conv2d_transpose", "batch_norm", "layer_norm", "group_norm", "linear",
+    "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div", "elementwise_max",
+    "elementwise_min", "elementwise_pow", "embedding", "relu", "relu6", "gelu", "sigmoid", "tanh", "silu",
+    "leaky_relu", "hard_swish", "softmax", "log_softmax", "pool2d", "cross_entropy", "dropout", "reshape",
+    "transpose", "concat", "split", "slice", "pad", "cast", "reduce_sum", "reduce_mean", "reduce_max",
+    "scaled_dot_product_attention",
+}
+
+
+def test_all_ops_registered_exported_and_documented():
+    registered = ops.all_ops()
+    assert OP_NAMES <= set(registered)
+    for name in OP_NAMES:
+        op = registered[name]
+        assert getattr(ops, name) is op
+        assert op.doc, f"{name} has no kernel docstring"
+        assert ops.get(name) is op and op.primitive.name == name
+
+
+def test_variants_and_outputs():
+    assert {"lax_nhwc", "im2col", "shifted_matmul"} <= set(ops.conv2d.variants)
+    assert {"lax_nhwc", "im2col", "shifted_matmul"} <= set(ops.depthwise_conv2d.variants)
+    assert "xla" in ops.scaled_dot_product_attention.variants
+    assert ops.batch_norm.outputs == ("out", "mean_out", "variance_out")
+    assert ops.split.multiple_results and ops.split.outputs == ("outs",)
+
+
+def test_bare_ints_for_int_list_attrs():
+    x = np.zeros((2, 6), np.float32)
+    assert [p.shape for p in ops.split(x, num_or_sections=2, axis=1)] == [(2, 3), (2, 3)]
+    assert ops.reduce_sum(x, axis=1).shape == (2,)
+    assert ops.reduce_sum(x, axis=()).shape == ()  # Paddle: an empty axis list reduces everything
+
+
+x4, w4 = np.zeros((2, 6, 5, 5), np.float32), np.zeros((4, 6, 3, 3), np.float32)
+x2 = np.zeros((2, 6), np.float32)
+key = np.asarray(jax.random.PRNGKey(0))
+
+BAD_CALLS = [
+    (lambda: ops.conv2d(x4, np.zeros((4, 1, 3, 3), np.float32), groups=4),
+     r"conv2d: attribute 'groups' expects a divisor of the input channels \(6\), got 4"),
+    (lambda: ops.conv2d(x4, w4, stride="2"), r"conv2d: attribute 'stride' expects 2 ints"),
+    (lambda: ops.conv2d(x4, w4, stride=0), r"conv2d: attribute 'stride' expects values >= 1"),
+    (lambda: ops.conv2d(x4, w4, padding="FULL"), r"conv2d: attribute 'padding'"),
+    (lambda: ops.conv2d(x4, w4, data_format="NCWH"), r"conv2d: attribute 'data_format' expects one of"),
+    (lambda: ops.conv2d(x4, w4, dilations=2), r"conv2d: unknown attribute\(s\) \['dilations'\]"),
+    (lambda: ops.conv2d(x4[0], w4), r"conv2d: input 'x' expects rank 4"),
+    (lambda: ops.conv2d(x4), r"conv2d: input 'weight' is required"),
+    (lambda: ops.conv2d(x4, np.zeros((4, 3, 3, 3), np.float32)), r"conv2d: input 'weight' expects shape"),
+    (lambda: ops.conv2d(x4, w4, np.zeros(5, np.float32)), r"conv2d: input 'bias' expects shape \(4,\)"),
+    (lambda: ops.conv2d(x4, np.zeros((4, 6, 9, 9), np.float32)), r"conv2d: attribute 'padding'"),
+    (lambda: ops.conv2d_transpose(x4, np.zeros((6, 2, 3, 3), np.float32), output_padding=1),
+     r"conv2d_transpose: attribute 'output_padding'"),
+    (lambda: ops.depthwise_conv2d(x4, np.zeros((6, 2, 3, 3), np.float32)), r"depthwise_conv2d: input 'weight'"),
+    (lambda: ops.batch_norm(x4, np.zeros(5, np.float32), np.ones(6, np.float32)),
+     r"batch_norm: input 'running_mean' expects shape \(6,\)"),
+    (lambda: ops.batch_norm(x4, np.zeros(6, np.float32)), r"batch_norm: input 'running_var' is required"),
+    (lambda: ops.group_norm(x4, groups=4), r"group_norm: attribute 'groups' expects a divisor of the channels \(6\)"),
+    (lambda: ops.group_norm(x4), r"group_norm: attribute 'groups' is required"),
+    (lambda: ops.layer_norm(x4, begin_norm_axis=4), r"layer_norm: attribute 'begin_norm_axis'"),
+    (lambda: ops.linear(x2, np.zeros((5, 3), np.float32)), r"linear: input 'weight' expects shape \[6,"),
+    (lambda: ops.matmul(x2, x2), r"matmul: input 'y' expects contracted size 6"),
+    (lambda: ops.matmul(x2, x2, transpose_y="yes"), r"matmul: attribute 'transpose_y' expects a bool"),
+    (lambda: ops.elementwise_add(x2, np.zeros(4)), r"elementwise_add: inputs 'x' .* do not broadcast"),
+    (lambda: ops.embedding(x2, x2), r"embedding: input 'ids' expects a int array"),
+    (lambda: ops.embedding(np.zeros(3, np.int32), x2, padding_idx=2), r"embedding: attribute 'padding_idx'"),
+    (lambda: ops.softmax(x2, axis=2), r"softmax: attribute 'axis' expects an axis in \[-2, 2\)"),
+    (lambda: ops.relu(np.zeros(3, np.int32)), r"relu: input 'x' expects a float array"),
+    (lambda: ops.pool2d(x4, pooling_type="min", kernel_size=2), r"pool2d: attribute 'pooling_type'"),
+    (lambda: ops.pool2d(x4), r"pool2d: attribute 'kernel_size'"),
+    (lambda: ops.pool2d(x4, kernel_size=7), r"pool2d: attribute 'kernel_size'"),
+    (lambda: ops.cross_entropy(x2, np.zeros(3, np.int32)), r"cross_entropy: input 'label'"),
+    (lambda: ops.cross_entropy(x2, np.zeros(2, np.int32), reduction="avg"), r"cross_entropy: attribute 'reduction'"),
+    (lambda: ops.cross_entropy(x2, np.zeros(2, np.int32), label_smoothing=1.5),
+     r"cross_entropy: attribute 'label_smoothing'"),
+    (lambda: ops.dropout(x2, key, p=1.5), r"dropout: attribute 'p'"),
+    (lambda: ops.dropout(x2, key, mode="scale"), r"dropout: attribute 'mode'"),
+    (lambda: ops.dropout(x2), r"dropout: input 'key' is required"),
+    (lambda: ops.dropout(x2, np.zeros(3, np.uint32)), r"dropout: input 'key' expects a raw uint32\[2\]"),
+    (lambda: ops.reshape(x2, shape=(5, -1)), r"reshape: attribute 'shape'"),
+    (lambda: ops.reshape(x2, shape=(-1, -1)), r"reshape: attribute 'shape'"),
+    (lambda: ops.transpose(x2, perm=(0, 0)), r"transpose: attribute 'perm' expects a permutation of range\(2\)"),
+    (lambda: ops.concat(x2, np.zeros((3, 5))), r"concat: input 'x1' expects shape"),
+    (lambda: ops.concat(), r"concat: needs at least one 'x' input"),
+    (lambda: ops.split(x2, num_or_sections=4, axis=1), r"split: attribute 'num_or_sections'"),
+    (lambda: ops.split(x2, num_or_sections=(2, 2), axis=1), r"split: attribute 'num_or_sections'"),
+    (lambda: ops.slice(x2, axes=(1,), starts=(0, 1), ends=(2,)), r"slice: attribute 'starts'"),
+    (lambda: ops.slice(x2, axes=(2,), starts=0, ends=1), r"slice: attribute 'axes'"),
+    (lambda: ops.pad(x2, paddings=(1, 1)), r"pad: attribute 'paddings' expects 2 ints per dimension"),
+    (lambda: ops.pad(x2, paddings=(0, 0, 6, 0), mode="reflect"), r"pad: attribute 'paddings'"),
+    (lambda: ops.cast(x2, dtype="float128"), r"cast: attribute 'dtype'"),
+    (lambda: ops.reduce_mean(x2, axis=(1, -1)), r"reduce_mean: attribute 'axis' expects distinct axes"),
+    (lambda: ops.scaled_dot_product_attention(np.zeros((1, 2, 2, 4)), np.zeros((1, 3, 2, 4)),
+                                              np.zeros((1, 3, 2, 4)), np.zeros((2, 3), bool)),
+     r"scaled_dot_product_attention: input 'mask'"),
+    (lambda: ops.scaled_dot_product_attention(np.zeros((1, 2, 2, 4)), np.zeros((1, 3, 2, 3)),
+                                              np.zeros((1, 3, 2, 3))),
+     r"scaled_dot_product_attention: input 'key'"),
+]
+
+
+@pytest.mark.parametrize("bad,match", BAD_CALLS, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_CALLS)])
+def test_bad_calls_raise_naming_op(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad()
+
+
+def test_kernel_checks_also_raise_under_jit():
+    with pytest.raises(ValueError, match=r"conv2d: attribute 'groups'"):
+        jax.jit(lambda x, w: ops.conv2d(x, w, groups=4))(x4, np.zeros((4, 1, 3, 3), np.float32))

@@ -1,0 +1,377 @@
+"""One table of op cases, each checked five ways: against an independent numpy/jax reference,
+under jit (and as exactly one jaxpr equation), gradients (float64 finite differences), vmap
+against a python loop, and shard_map over a CPU mesh against per-shard eager calls."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, PartitionSpec as P
+from jax.test_util import check_grads
+
+import paddlejax.ops as ops
+
+_rng = np.random.default_rng(0)
+
+
+def rand(*shape, low=None):
+    """Seeded float32 normal samples (or uniform in [low, low + 1) to stay off kinks/poles)."""
+    x = _rng.normal(size=shape) if low is None else low + _rng.random(size=shape)
+    return np.asarray(x, np.float32)
+
+
+def ints(high, *shape):
+    return _rng.integers(0, high, size=shape).astype(np.int32)
+
+
+@dataclasses.dataclass
+class Case:
+    op: ops.OpDef
+    args: tuple
+    attrs: dict
+    ref: object  # ref(*args) -> expected output(s), computed independently of the kernel
+    diff: tuple  # indices of differentiable inputs
+    batched: tuple  # indices of inputs sharded / vmapped along a new or existing axis 0
+    tol: float
+
+
+def case(op, args, ref, attrs=None, diff=(0,), batched=(0,), tol=1e-5, id="", marks=()):
+    c = Case(op, tuple(args), dict(attrs or {}), ref, diff, batched, tol)
+    return pytest.param(c, id=f"{op.name}{'-' + id if id else ''}", marks=marks)
+
+
+# ---------------------------------------------------------------------------------------
+# numpy references
+
+
+def np_conv(x, w, stride=(1, 1), pads=((0, 0), (0, 0)), dil=(1, 1), groups=1):
+    """NCHW / OIHW convolution as a sum over kernel taps, in float64 numpy."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads))
+    o, cg, kh, kw = w.shape
+    ho = (xp.shape[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (xp.shape[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((x.shape[0], o, ho, wo))
+    og = o // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                tap = xp[:, g * cg:(g + 1) * cg, i * dil[0]::stride[0], j * dil[1]::stride[1]][:, :, :ho, :wo]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", tap, w[g * og:(g + 1) * og, :, i, j])
+    return out
+
+
+def np_conv_transpose(x, w, stride, pads, out_pad=(0, 0), dil=(1, 1), groups=1):
+    """Transposed conv as a scatter of every input pixel times the kernel, then a crop."""
+    n, cin, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    full = np.zeros((n, og * groups, (h - 1) * stride[0] + dil[0] * (kh - 1) + 1 + out_pad[0],
+                     (wd - 1) * stride[1] + dil[1] * (kw - 1) + 1 + out_pad[1]))
+    cg = cin // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                contrib = np.einsum("nchw,co->nohw", x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg, :, i, j])
+                full[:, g * og:(g + 1) * og, i * dil[0]:i * dil[0] + (h - 1) * stride[0] + 1:stride[0],
+                     j * dil[1]:j * dil[1] + (wd - 1) * stride[1] + 1:stride[1]] += contrib
+    (t, b), (l, r) = pads
+    return full[:, :, t:full.shape[2] - b, l:full.shape[3] - r]
+
+
+def np_pool(x, kind, k, s, pads=((0, 0), (0, 0)), ceil=False, exclusive=True):
+    """NCHW pooling by explicit windows (Paddle's window bounds and divisors)."""
+    def size(n, k, s, lo, hi):
+        o = (-(-(n + lo + hi - k) // s) if ceil else (n + lo + hi - k) // s) + 1
+        return o - 1 if ceil and (o - 1) * s >= n + lo else o
+
+    h, w = x.shape[2:]
+    (pt, pb), (pl, pr) = pads
+    ho, wo = size(h, k[0], s[0], pt, pb), size(w, k[1], s[1], pl, pr)
+    out = np.zeros(x.shape[:2] + (ho, wo))
+    for a in range(ho):
+        for b in range(wo):
+            h0, w0 = a * s[0] - pt, b * s[1] - pl
+            win = x[:, :, max(h0, 0):min(h0 + k[0], h), max(w0, 0):min(w0 + k[1], w)]
+            if kind == "max":
+                out[:, :, a, b] = win.max((2, 3))
+            else:
+                out[:, :, a, b] = win.sum((2, 3)) / (win.shape[2] * win.shape[3] if exclusive else k[0] * k[1])
+    return out
+
+
+def np_log_softmax(x, axis=-1):
+    x = x.astype(np.float64)
+    m = x.max(axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis, keepdims=True))
+
+
+def np_norm(x, axes, eps=1e-5):
+    x = x.astype(np.float64)
+    return (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + eps)
+
+
+def np_cross_entropy(logits, label, ignore=-100, smooth=0.0, reduction="mean"):
+    """Hard-label cross entropy over the last axis."""
+    logp = np_log_softmax(logits)
+    keep = label != ignore
+    picked = -np.take_along_axis(logp, np.where(keep, label, 0)[..., None], -1)[..., 0]
+    loss = np.where(keep, (1 - smooth) * picked - smooth * logp.mean(-1), 0)
+    return {"none": loss, "sum": loss.sum(), "mean": loss.sum() / max(keep.sum(), 1)}[reduction]
+
+
+def np_attention(q, k, v, mask=None, causal=False, scale=None):
+    logits = np.einsum("bqhd,bkhd->bhqk", q, k).astype(np.float64) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        logits = np.where(mask, logits, -1e30) if mask.dtype == bool else logits + mask
+    if causal:
+        logits = np.where(np.tril(np.ones(logits.shape[-2:], bool)), logits, -1e30)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), v)
+
+
+def np_gelu(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def bn_ref(x, rm, rv, w, b, axis, training, momentum=0.9):
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    if training:
+        mean, var = x.mean(axes), x.var(axes)
+        return (np_norm(x, axes) * w.reshape(shape) + b.reshape(shape),
+                momentum * rm + (1 - momentum) * mean, momentum * rv + (1 - momentum) * var)
+    out = (x - rm.reshape(shape)) / np.sqrt(rv.reshape(shape) + 1e-5) * w.reshape(shape) + b.reshape(shape)
+    return out, rm, rv
+
+
+def np_group_norm(x, groups, w, b):
+    n, c = x.shape[:2]
+    y = np_norm(x.reshape(n, groups, -1), (2,)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return y * w.reshape(shape) + b.reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------
+# The table
+
+x_img, w_conv, b_conv = rand(2, 4, 6, 5), rand(6, 2, 3, 3), rand(6)
+w_dw = rand(8, 1, 3, 3)
+w_t = rand(4, 3, 3, 2)
+logits, labels = rand(4, 5), ints(5, 4)
+labels_ig = labels.copy()
+labels_ig[1] = -100
+soft = np.exp(rand(4, 5))
+soft /= soft.sum(-1, keepdims=True)
+q, k, v = rand(2, 3, 2, 4), rand(2, 5, 2, 4), rand(2, 5, 2, 4)
+bool_mask = _rng.random((2, 1, 3, 5)) > 0.3
+bool_mask[..., 0] = True  # every query keeps a key
+key = np.asarray(jax.random.PRNGKey(42))
+rm, rv = rand(4), rand(4, low=0.5)
+gw, gb = rand(4), rand(4)
+ids = ints(7, 2, 3)
+table = rand(7, 5)
+
+CASES = [
+    # conv
+    case(ops.conv2d, (x_img, w_conv, b_conv), lambda x, w, b: np_conv(x, w, groups=2) + b[:, None, None],
+         {"groups": 2}, diff=(0, 1, 2), tol=1e-4),
+    case(ops.conv2d, (x_img, w_conv[:, :, :2]), lambda x, w: np_conv(x, w, (2, 1), ((1, 1), (2, 0)), (2, 1), 2),
+         {"groups": 2, "stride": (2, 1), "padding": [1, 1, 2, 0], "dilation": (2, 1)}, diff=(0, 1), tol=1e-4,
+         id="strided"),
+    case(ops.conv2d, (x_img.transpose(0, 2, 3, 1), rand(3, 4, 2, 2)),
+         lambda x, w: np_conv(x.transpose(0, 3, 1, 2), w, pads=((0, 1), (0, 1))).transpose(0, 2, 3, 1),
+         {"padding": "SAME", "data_format": "NHWC"}, diff=(0, 1), tol=1e-4, id="nhwc-same"),
+    case(ops.depthwise_conv2d, (x_img, w_dw, rand(8)), lambda x, w, b: np_conv(x, w, pads=((1, 1), (1, 1)),
+         groups=4) + b[:, None, None], {"padding": 1}, diff=(0, 1, 2), tol=1e-4),
+    case(ops.conv2d_transpose, (x_img, w_t), lambda x, w: np_conv_transpose(x, w, (2, 1), ((1, 0), (0, 1)), (1, 0)),
+         {"stride": (2, 1), "padding": ((1, 0), (0, 1)), "output_padding": (1, 0)}, diff=(0, 1), tol=1e-4),
+    case(ops.conv2d_transpose, (x_img, rand(4, 2, 2, 3), rand(4)),
+         lambda x, w, b: np_conv_transpose(x, w, (1, 2), ((0, 0), (1, 1)), dil=(2, 1), groups=2) + b[:, None, None],
+         {"stride": (1, 2), "padding": (0, 1), "dilation": (2, 1), "groups": 2}, diff=(0, 1, 2), tol=1e-4,
+         id="grouped"),
+    # norm
+    case(ops.batch_norm, (x_img, rm, rv, gw, gb), lambda *a: bn_ref(*a, axis=1, training=False),
+         diff=(0, 1, 2, 3, 4), tol=1e-4, id="infer"),
+    case(ops.batch_norm, (x_img.transpose(0, 2, 3, 1), rm, rv, gw, gb), lambda *a: bn_ref(*a, axis=3, training=True),
+         {"training": True, "data_format": "NHWC"}, diff=(0, 3, 4), tol=1e-4, id="train-nhwc"),
+    case(ops.batch_norm, (rand(4, 4), rm, rv), lambda x, m, v: bn_ref(x, m, v, np.ones(4), np.zeros(4), 1, True),
+         {"training": True}, tol=1e-4, id="rank2"),
+    case(ops.layer_norm, (x_img, rand(6, 5), rand(6, 5)), lambda x, w, b: np_norm(x, (2, 3)) * w + b,
+         {"begin_norm_axis": 2}, diff=(0, 1, 2), tol=1e-4),
+    case(ops.layer_norm, (rand(2, 3, 4),), lambda x: np_norm(x, (2,)), tol=1e-4, id="noaffine"),
+    case(ops.group_norm, (x_img, gw, gb), lambda x, w, b: np_group_norm(x, 2, w, b), {"groups": 2},
+         diff=(0, 1, 2), tol=1e-4),
+    case(ops.group_norm, (x_img.transpose(0, 2, 3, 1), gw, gb),
+         lambda x, w, b: np_group_norm(x.transpose(0, 3, 1, 2), 4, w, b).transpose(0, 2, 3, 1),
+         {"groups": 4, "data_format": "NHWC"}, diff=(0, 1, 2), tol=1e-4, id="nhwc"),
+    # math
+    case(ops.linear, (rand(2, 3, 4), rand(4, 5), rand(5)), lambda x, w, b: x @ w + b, diff=(0, 1, 2), tol=1e-5),
+    case(ops.matmul, (rand(2, 3, 4), rand(4, 5)), lambda x, y: x @ y, diff=(0, 1)),
+    case(ops.matmul, (rand(2, 4, 3), rand(1, 5, 4)), lambda x, y: x.swapaxes(-1, -2) @ y.swapaxes(-1, -2),
+         {"transpose_x": True, "transpose_y": True}, diff=(0, 1), id="transposed"),
+    case(ops.matmul, (rand(2, 4), rand(4)), lambda x, y: x @ y, diff=(0, 1), id="vector"),
+    *[case(op, (rand(2, 3, low=0.5), rand(3, low=1.0)), ref, diff=(0, 1))
+      for op, ref in [(ops.elementwise_add, np.add), (ops.elementwise_sub, np.subtract),
+                      (ops.elementwise_mul, np.multiply), (ops.elementwise_div, np.divide),
+                      (ops.elementwise_max, np.maximum), (ops.elementwise_min, np.minimum),
+                      (ops.elementwise_pow, np.power)]],
+    case(ops.elementwise_add, (rand(2, 1, 3), rand(4, 1)), np.add, diff=(0, 1), id="broadcast"),
+    case(ops.embedding, (ids, table), lambda i, t: t[i], diff=(1,)),
+    case(ops.embedding, (ids, table), lambda i, t: np.where((i == 5)[..., None], 0, t[i]), {"padding_idx": -2},
+         diff=(1,), id="padding"),
+    # activations
+    case(ops.relu, (rand(2, 5),), lambda x: np.maximum(x, 0)),
+    case(ops.relu6, (3 * rand(2, 5),), lambda x: np.clip(x, 0, 6)),
+    case(ops.gelu, (rand(2, 5),), np_gelu),
+    case(ops.gelu, (rand(2, 5),), lambda x: jax.nn.gelu(x, approximate=True), {"approximate": True}, id="tanh"),
+    case(ops.sigmoid, (rand(2, 5),), lambda x: 1 / (1 + np.exp(-x))),
+    case(ops.tanh, (rand(2, 5),), np.tanh),
+    case(ops.silu, (rand(2, 5),), lambda x: x / (1 + np.exp(-x))),
+    case(ops.leaky_relu, (rand(2, 5),), lambda x: np.where(x > 0, x, 0.2 * x), {"negative_slope": 0.2}),
+    case(ops.hard_swish, (2 * rand(2, 5),), lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    case(ops.softmax, (rand(2, 3, 4),), lambda x: np.exp(np_log_softmax(x, 1)), {"axis": 1}),
+    case(ops.log_softmax, (rand(2, 5),), np_log_softmax),
+    # pool
+    case(ops.pool2d, (x_img,), lambda x: np_pool(x, "max", (2, 2), (2, 2)), {"kernel_size": 2}),
+    case(ops.pool2d, (x_img,), lambda x: np_pool(x, "avg", (3, 2), (2, 2), ((1, 1), (0, 0)), ceil=True),
+         {"pooling_type": "avg", "kernel_size": (3, 2), "stride": 2, "padding": (1, 0), "ceil_mode": True},
+         id="avg-ceil", tol=1e-5),
+    case(ops.pool2d, (x_img.transpose(0, 2, 3, 1),),
+         lambda x: np_pool(x.transpose(0, 3, 1, 2), "avg", (3, 3), (1, 1), ((1, 1), (1, 1)),
+                           exclusive=False).transpose(0, 2, 3, 1),
+         {"pooling_type": "avg", "kernel_size": 3, "stride": 1, "padding": 1, "exclusive": False,
+          "data_format": "NHWC"}, id="avg-inclusive-nhwc"),
+    case(ops.pool2d, (x_img,), lambda x: x.max((2, 3), keepdims=True), {"global_pooling": True}, id="global"),
+    # loss
+    case(ops.cross_entropy, (logits, labels_ig), lambda x, y: np_cross_entropy(x, y), batched=(0, 1)),
+    case(ops.cross_entropy, (logits, labels[:, None]), lambda x, y: np_cross_entropy(x, y[:, 0], smooth=0.1, reduction="none")[:, None],
+         {"label_smoothing": 0.1, "reduction": "none"}, batched=(0, 1), id="smooth-none"),
+    case(ops.cross_entropy, (logits, soft), lambda x, y: -(y * np_log_softmax(x)).sum(),
+         {"soft_label": True, "reduction": "sum"}, diff=(0, 1), batched=(0, 1), id="soft"),
+    case(ops.cross_entropy, (rand(2, 3, 4), ints(3, 2, 4)),
+         lambda x, y: np_cross_entropy(x.transpose(0, 2, 1), y), {"axis": 1}, batched=(0, 1), id="axis1"),
+    # random
+    case(ops.dropout, (rand(4, 6), key), lambda x, k: np.where(jax.random.bernoulli(k, 0.7, x.shape), x / 0.7, 0),
+         {"p": 0.3}),
+    # shape
+    case(ops.reshape, (rand(2, 3, 4),), lambda x: x.reshape(2, 4, 3), {"shape": (0, -1, 3)}),
+    case(ops.transpose, (rand(2, 3, 4),), lambda x: x.transpose(0, 2, 1), {"perm": (0, 2, 1)}),
+    case(ops.concat, (rand(2, 3), rand(2, 1), rand(2, 2)), lambda *xs: np.concatenate(xs, 1), {"axis": -1},
+         diff=(0, 1, 2), batched=(0, 1, 2)),
+    case(ops.split, (rand(2, 6),), lambda x: tuple(np.split(x, 3, 1)), {"num_or_sections": 3, "axis": 1}),
+    case(ops.split, (rand(2, 6),), lambda x: (x[:, :1], x[:, 1:4], x[:, 4:]), {"num_or_sections": (1, -1, 2),
+         "axis": 1}, id="sections"),
+    case(ops.slice, (rand(2, 5, 4),), lambda x: x[:, 1:-1, -3:], {"axes": (1, 2), "starts": (1, -3),
+         "ends": (-1, 100)}),
+    case(ops.pad, (rand(2, 3, 4),), lambda x: np.pad(x, ((0, 0), (1, 2), (0, 1)), constant_values=1.5),
+         {"paddings": (0, 0, 1, 2, 0, 1), "value": 1.5}),
+    case(ops.pad, (rand(2, 3, 4),), lambda x: np.pad(x, ((0, 0), (2, 1), (1, 3)), mode="reflect"),
+         {"paddings": (0, 0, 2, 1, 1, 3), "mode": "reflect"}, id="reflect"),
+    case(ops.pad, (rand(2, 3, 4),), lambda x: np.pad(x, ((0, 0), (0, 2), (3, 0)), mode="edge"),
+         {"paddings": (0, 0, 0, 2, 3, 0), "mode": "edge"}, id="edge"),
+    case(ops.cast, (rand(2, 3),), lambda x: x.astype(np.float64), {"dtype": "float64"}, id="float",
+         marks=pytest.mark.filterwarnings("ignore:Explicitly requested dtype")),
+    case(ops.cast, (3 * rand(2, 3),), lambda x: x.astype(np.int32), {"dtype": np.int32}, diff=(), id="int"),
+    # reduce
+    case(ops.reduce_sum, (rand(2, 3, 4),), lambda x: x.sum((1, 2)), {"axis": (-1, 1)}),
+    case(ops.reduce_mean, (rand(2, 3, 4),), lambda x: x.mean(2, keepdims=True), {"axis": 2, "keepdim": True}),
+    case(ops.reduce_max, (rand(2, 3, 4),), lambda x: x.max(), id="all"),
+    # attention
+    case(ops.scaled_dot_product_attention, (q, k, v), np_attention, diff=(0, 1, 2), batched=(0, 1, 2), tol=1e-5),
+    case(ops.scaled_dot_product_attention, (q, k, v, bool_mask),
+         lambda *a: np_attention(*a, causal=True, scale=0.3), {"is_causal": True, "scale": 0.3}, diff=(0, 1, 2),
+         batched=(0, 1, 2, 3), id="causal-boolmask"),
+    case(ops.scaled_dot_product_attention, (q, k, v, rand(3, 5)), np_attention, diff=(0, 1, 2, 3),
+         batched=(0, 1, 2), id="additive"),
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def call(c, *args):
+    out = c.op(*args, **c.attrs)
+    # multi-output ops give a tuple eagerly but a list when traced (the primitive's bind)
+    return tuple(out) if isinstance(out, list) else out
+
+
+def assert_close(got, want, tol):
+    got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(got_leaves) == len(want_leaves)
+    for g, w in zip(got_leaves, want_leaves):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=tol, atol=tol)
+
+
+def second_example(a):
+    """A different but equally valid example for a batch: the input with all axes reversed."""
+    return np.flip(a, tuple(range(np.ndim(a)))).copy()
+
+
+def stack(trees):
+    return jax.tree.map(lambda *xs: np.stack(xs), *trees)
+
+
+# ---------------------------------------------------------------------------------------
+# Tests
+
+
+@pytest.mark.parametrize("c", CASES)
+def test_matches_reference(c):
+    assert_close(call(c, *c.args), c.ref(*c.args), c.tol)
+
+
+@pytest.mark.parametrize("c", CASES)
+def test_jit_and_single_equation(c):
+    assert_close(jax.jit(lambda *a: call(c, *a))(*c.args), call(c, *c.args), 1e-6)
+    jaxpr = jax.make_jaxpr(lambda *a: call(c, *a))(*c.args)
+    assert [e.primitive.name for e in jaxpr.eqns] == [c.op.name]
+
+
+@pytest.mark.parametrize("c", CASES)
+def test_grads(c):
+    if not c.diff:
+        pytest.skip("no differentiable inputs")
+    with jax.enable_x64(True):
+        args = [jnp.asarray(a, jnp.float64) if np.issubdtype(np.asarray(a).dtype, np.floating) else jnp.asarray(a)
+                for a in c.args]
+
+        def f(*diff_args):
+            full = list(args)
+            for i, a in zip(c.diff, diff_args):
+                full[i] = a
+            return call(c, *full)
+
+        check_grads(f, [args[i] for i in c.diff], order=1, modes=("rev",), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("c", CASES)
+def test_vmap(c):
+    if not c.batched:
+        pytest.skip("no batch inputs")
+    examples = [c.args, [second_example(a) if i in c.batched else a for i, a in enumerate(c.args)]]
+    batched = [np.stack([e[i] for e in examples]) if i in c.batched else a for i, a in enumerate(c.args)]
+    in_axes = [0 if i in c.batched else None for i in range(len(c.args))]
+    got = jax.vmap(lambda *a: call(c, *a), in_axes=in_axes)(*batched)
+    assert_close(got, stack([call(c, *e) for e in examples]), 1e-5)
+
+
+@pytest.mark.parametrize("c", CASES)
+def test_shard_map(c):
+    if not c.batched:
+        pytest.skip("no batch inputs")
+    n = 2
+    mesh = Mesh(np.array(jax.devices()[:n]), ("d",))
+    in_specs = tuple(P("d") if i in c.batched else P() for i in range(len(c.args)))
+
+    def body(*a):  # a leading per-shard axis lets every output (even a scalar) be concatenated
+        return jax.tree.map(lambda o: o[None], call(c, *a))
+
+    got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=P("d")))(*c.args)
+    shards = [[np.split(a, n)[s] if i in c.batched else a for i, a in enumerate(c.args)] for s in range(n)]
+    assert_close(got, stack([call(c, *s) for s in shards]), 1e-5)

@@ -1,0 +1,25 @@
+"""Smoke test: the overhead benchmark runs end to end at tiny sizes (no timing assertions)."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ["resnet/infer", "resnet/train", "transformer/infer", "transformer/train"]
+
+
+def test_overhead_quick():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest's fake devices
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for case in CASES:
+        c = re.escape(case)
+        assert re.search(rf"^{c}\s+step \(ms\)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+", out, re.M), out
+        assert re.search(rf"^{c}\s+compile \(s\)\s+\d+\.\d+\s+\d+\.\d+", out, re.M), out
+        assert re.search(rf"^{c}\s+HLO instructions\s+\d+\s+\d+", out, re.M), out
+    assert re.search(r"pj\.trace of a \d+-layer MLP", out), out
+    verdicts = re.findall(r"^(PASS|FAIL)  ", out, re.M)
+    assert len(verdicts) == 4, out

@@ -1,0 +1,51 @@
+"""The architecture's rules, checked on the source: layers point down, one JAX adapter."""
+import ast
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+KERNEL = ["paddlejax/ops", "paddlejax/ir", "paddlejax/capture.py", "paddlejax/lowering.py",
+          "paddlejax/io.py", "paddlejax/stablehlo.py", "paddlejax/adapter.py", "paddlejax/analysis.py"]
+
+
+def imports(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def files(*parts):
+    for part in parts:
+        p = ROOT / part
+        yield from (p.rglob("*.py") if p.is_dir() else [p])
+
+
+def test_only_the_adapter_touches_jax_internals():
+    users = sorted(str(f.relative_to(ROOT)) for f in files("paddlejax", "passes", "models", "slim", "hub")
+                   if any(n.startswith(("jax.extend", "jax.interpreters")) for n in imports(f)))
+    assert users == ["paddlejax/adapter.py"]
+
+
+def test_kernel_does_not_import_upper_layers():
+    upper = ("paddlejax.passes", "paddlejax.models", "paddlejax.slim", "paddlejax.hub", "paddlejax.cli")
+    bad = {str(f.relative_to(ROOT)): sorted(n for n in imports(f) if n.startswith(upper))
+           for f in files(*KERNEL)}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_passes_import_only_the_kernel():
+    allowed = ("paddlejax.ir", "paddlejax.ops", "paddlejax.lowering", "paddlejax.capture", "paddlejax.passes")
+    bad = {str(f.relative_to(ROOT)): sorted(n for n in imports(f) if n.startswith("paddlejax")
+                                            and not n.startswith(allowed)) for f in files("passes")}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_import_is_lazy_about_sub_packages():
+    code = ("import sys, paddlejax as pj; assert 'paddlejax.passes' not in sys.modules; "
+            "pj.passes; assert 'paddlejax.passes' in sys.modules; import paddlejax.models, paddlejax.hub")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
