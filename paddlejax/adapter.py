@@ -11,7 +11,6 @@ import os
 import sys
 
 import jax
-import numpy as np
 from jax.extend import core as jcore
 from jax.interpreters import ad, batching, mlir
 
@@ -108,7 +107,8 @@ def make_primitive(name: str, kernel, multiple_results: bool = False):
     batching.primitive_batchers[prim] = batch
 
     def bind(*args, **params):
-        return prim.bind(*_match_varying(args), **params)
+        out = prim.bind(*_match_varying(args), **params)
+        return tuple(out) if multiple_results else out  # eager and traced calls agree
 
     bind.primitive = prim
     return bind
@@ -160,8 +160,6 @@ def source_line(eqn) -> str | None:
 
 @functools.cache
 def _lax_primitives() -> dict[str, Primitive]:
-    import jax.lax  # noqa: F401  (populate the modules we scan)
-
     found: dict[str, Primitive] = {}
     for mod_name, mod in list(sys.modules.items()):
         if mod is None or not mod_name.startswith(("jax._src.lax", "jax._src.ad_util", "jax._src.prng",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import numpy as np

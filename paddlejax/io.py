@@ -27,7 +27,7 @@ import safetensors.numpy
 
 from paddlejax import adapter
 from paddlejax.ir import attrs as attrs_lib
-from paddlejax.ir.core import LONG_DTYPES, Block, Op, Program, TensorType
+from paddlejax.ir.core import Block, Op, Program, TensorType
 from paddlejax.ir.printer import Namer
 from paddlejax.ir.verifier import STRUCTURAL, VerificationError, verify
 from paddlejax.ops import registry

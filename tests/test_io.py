@@ -1,6 +1,5 @@
 """Saved programs: round trips, and one clear error type for every kind of bad file."""
 import json
-import os
 
 import jax
 import jax.numpy as jnp

@@ -27,7 +27,6 @@ _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float6
                  "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "bool",
                  "complex64": "c64", "complex128": "c128", "float8_e4m3fn": "f8e4m3fn",
                  "float8_e5m2": "f8e5m2"}
-LONG_DTYPES = {v: k for k, v in _SHORT_DTYPES.items()}
 
 Dim = int | str  # an int, or a symbolic dimension expression such as "b" or "2*b"
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
-from paddlejax.ops.shape import norm_axis
+from paddlejax.ops.common import norm_axis
 
 
 def _activation(name: str, kernel, **attrs):

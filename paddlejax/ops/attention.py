@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.shape import input_error
+from paddlejax.ops.common import input_error
 
 _OP = "scaled_dot_product_attention"
 

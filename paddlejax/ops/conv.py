@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.shape import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
+from paddlejax.ops.common import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
                                  to_channels_last)
 
 
@@ -36,7 +36,7 @@ def paddle_padding(padding, in_hw, k_hw, stride, dilation):
 
 
 def _spatial(x, data_format):
-    return to_channels_last(x, data_format).shape[1:3]
+    return tuple(x.shape[2:] if channel_axis(data_format, x.ndim) == 1 else x.shape[1:-1])
 
 
 def _add_bias(y, bias, data_format):
@@ -115,7 +115,7 @@ def _shifted_matmul(x, w, stride, pads, dil, groups, fmt):
     return from_channels_last(y, fmt)
 
 
-def _conv_kernel(op, impl):
+def _conv_kernel(op, impl, doc=None):
     """An op kernel around ``impl``: validation, Paddle padding and bias are common to all."""
 
     def kernel(x, weight, bias=None, *, stride, padding, dilation, data_format, groups=None):
@@ -124,7 +124,7 @@ def _conv_kernel(op, impl):
         pads, dil = _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format)
         return _add_bias(impl(x, weight, stride, pads, dil, groups, data_format), bias, data_format)
 
-    kernel.__doc__ = impl.__doc__
+    kernel.__doc__ = doc or impl.__doc__
     kernel.__name__ = f"{op}_{impl.__name__.strip('_')}"
     return kernel
 
@@ -145,8 +145,8 @@ def _conv_attrs(**extra):
             "data_format": Attr("str", "NCHW", choices=LAYOUTS)}
 
 
-def _define_conv(name, **extra):
-    return define(name, _conv_kernel(name, _lax_conv),
+def _define_conv(name, doc, **extra):
+    return define(name, _conv_kernel(name, _lax_conv, doc),
                   inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
                           Input("bias", rank=1, dtype="float", optional=True)],
                   attrs=_conv_attrs(**extra),
@@ -154,8 +154,10 @@ def _define_conv(name, **extra):
                   flops=_conv_flops)
 
 
-conv2d = _define_conv("conv2d", groups=Attr("int", 1, minimum=1))
-depthwise_conv2d = _define_conv("depthwise_conv2d")
+conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",
+                      groups=Attr("int", 1, minimum=1))
+depthwise_conv2d = _define_conv("depthwise_conv2d", "Depthwise 2-D convolution (groups = in_c), "
+                                "weight [in_c * multiplier, 1, kh, kw].")
 
 
 def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, dilation, groups, data_format):
@@ -181,8 +183,8 @@ def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, 
     # its in/out channel roles swapped (per group).
     w = weight.reshape(groups, cin // groups, cout_g, kh, kw).swapaxes(1, 2)
     w = w.reshape(groups * cout_g, cin // groups, kh, kw)[:, :, ::-1, ::-1]
-    conv_pads = [(d * (k - 1) - lo, d * (k - 1) - hi + op_)
-                 for (lo, hi), k, d, op_ in zip(pads, (kh, kw), dil, output_padding)]
+    conv_pads = [(d * (k - 1) - lo, d * (k - 1) - hi + extra)
+                 for (lo, hi), k, d, extra in zip(pads, (kh, kw), dil, output_padding)]
     y = lax.conv_general_dilated(x, w, (1, 1), conv_pads, lhs_dilation=stride, rhs_dilation=dil,
                                  dimension_numbers=(data_format, "OIHW", data_format), feature_group_count=groups)
     return _add_bias(y, bias, data_format)

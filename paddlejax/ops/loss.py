@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.shape import attr_error, input_error, norm_axis
+from paddlejax.ops.common import attr_error, input_error, norm_axis
 
 
 def _hard_targets(logits, label, axis, ignore_index, label_smoothing):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
-from paddlejax.ops.shape import attr_error, input_error
+from paddlejax.ops.common import attr_error, input_error
 
 
 def _elementwise(name: str, fn, doc: str):

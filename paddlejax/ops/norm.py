@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.shape import attr_error, channel_axis, from_channels_last, input_error, norm_axis, to_channels_last
+from paddlejax.ops.common import attr_error, channel_axis, from_channels_last, input_error, norm_axis, to_channels_last
 
 # Paddle layout names by rank; only "channels first or last" matters here.
 _NORM_LAYOUTS = ("NC", "NCL", "NCHW", "NCDHW", "NLC", "NHWC", "NDHWC")

@@ -18,7 +18,7 @@ from jax import lax
 
 from paddlejax.ops.conv import paddle_padding
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.shape import LAYOUTS, attr_error, from_channels_last, to_channels_last
+from paddlejax.ops.common import LAYOUTS, attr_error, from_channels_last, to_channels_last
 
 
 def _ceil_pad(n, k, s, lo, hi):

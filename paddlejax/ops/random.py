@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
-from paddlejax.ops.shape import attr_error, input_error
+from paddlejax.ops.common import attr_error, input_error
 
 
 def _dropout(x, key, *, p, training, mode):

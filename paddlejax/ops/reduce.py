@@ -13,7 +13,7 @@ import math
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.shape import IntOrInts, norm_axes
+from paddlejax.ops.common import IntOrInts, norm_axes
 
 
 def _reduction(name: str, fn, doc: str):

@@ -1,5 +1,4 @@
-"""Shape ops (reshape, transpose, concat, split, slice, pad, cast) and the small helpers the
-other op modules share: error messages, axis normalisation and channel-layout handling.
+"""Shape ops: reshape, transpose, concat, split, slice, pad, cast.
 
 >>> import jax.numpy as jnp
 >>> from paddlejax.ops.shape import reshape, split
@@ -16,60 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from paddlejax.ops.registry import Attr, Input, _is_int, define
-
-# ---------------------------------------------------------------------------------------
-# Shared helpers
-
-
-def attr_error(op: str, name: str, expected: str, got) -> ValueError:
-    """The registry's message format: ``op: attribute 'name' expects ..., got ...``."""
-    return ValueError(f"{op}: attribute '{name}' expects {expected}, got {got!r}")
-
-
-def input_error(op: str, name: str, expected: str, got) -> ValueError:
-    return ValueError(f"{op}: input '{name}' expects {expected}, got {got!r}")
-
-
-def norm_axis(op: str, name: str, axis: int, ndim: int) -> int:
-    """``axis`` in ``[0, ndim)``; negative axes count from the end, as in Paddle."""
-    if not -ndim <= axis < max(ndim, 1):
-        raise attr_error(op, name, f"an axis in [{-ndim}, {ndim})", axis)
-    return axis % max(ndim, 1)
-
-
-def norm_axes(op: str, name: str, axes, ndim: int) -> tuple[int, ...]:
-    out = tuple(norm_axis(op, name, a, ndim) for a in axes)
-    if len(set(out)) != len(out):
-        raise attr_error(op, name, "distinct axes", axes)
-    return out
-
-
-class IntOrInts(Attr):
-    """An ``ints`` attribute that also takes a bare int as a 1-tuple (Paddle's
-    ``axis=1`` / ``num_or_sections=3``)."""
-
-    def _normalise(self, op, what, value):
-        return super()._normalise(op, what, (value,) if _is_int(value) else value)
-
-
-LAYOUTS = ("NCHW", "NHWC")
-
-
-def channel_axis(data_format: str, ndim: int) -> int:
-    """Channel axis of a Paddle layout string: ``N C ...`` is 1, ``N ... C`` is last."""
-    return 1 if data_format[1] == "C" else ndim - 1
-
-
-def to_channels_last(x, data_format: str):
-    """``x`` with channels last, whatever ``data_format`` it came in."""
-    return jnp.moveaxis(x, 1, -1) if channel_axis(data_format, x.ndim) == 1 else x
-
-
-def from_channels_last(x, data_format: str):
-    """Inverse of :func:`to_channels_last`."""
-    return jnp.moveaxis(x, -1, 1) if channel_axis(data_format, x.ndim) == 1 else x
-
+from paddlejax.ops.common import attr_error, input_error, norm_axis, norm_axes, IntOrInts
+from paddlejax.ops.registry import Attr, Input, define
 
 # ---------------------------------------------------------------------------------------
 # Ops
@@ -102,9 +49,10 @@ def _transpose(x, *, perm):
 def _concat(*xs, axis):
     """Join arrays along ``axis``; all other dimensions must match."""
     ax = norm_axis("concat", "axis", axis, xs[0].ndim)
+    rest = lambda shape: tuple(shape[:ax]) + tuple(shape[ax + 1:])  # noqa: E731
     for i, x in enumerate(xs):
-        if x.ndim != xs[0].ndim or any(a != b for d, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if d != ax):
-            raise input_error("concat", f"x{i}", f"shape {xs[0].shape} except along axis {ax}", x.shape)
+        if x.ndim != xs[0].ndim or rest(x.shape) != rest(xs[0].shape):
+            raise input_error("concat", f"x{i}", f"shape {tuple(xs[0].shape)} except along axis {ax}", x.shape)
     return jnp.concatenate(xs, axis=ax)
 
 

@@ -1,6 +1,4 @@
 """The verifier re-infers types through the registry and names the offending op."""
-import dataclasses
-
 import jax.numpy as jnp
 import pytest
 

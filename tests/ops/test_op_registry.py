@@ -102,7 +102,7 @@ BAD_CALLS = [
     (lambda: ops.cast(x2, dtype="float128"), r"cast: attribute 'dtype'"),
     (lambda: ops.reduce_mean(x2, axis=(1, -1)), r"reduce_mean: attribute 'axis' expects distinct axes"),
     (lambda: ops.scaled_dot_product_attention(np.zeros((1, 2, 2, 4)), np.zeros((1, 3, 2, 4)),
-                                              np.zeros((1, 3, 2, 4)), np.zeros((2, 3), bool)),
+                                              np.zeros((1, 3, 2, 4)), np.zeros((4, 3), bool)),
      r"scaled_dot_product_attention: input 'mask'"),
     (lambda: ops.scaled_dot_product_attention(np.zeros((1, 2, 2, 4)), np.zeros((1, 3, 2, 3)),
                                               np.zeros((1, 3, 2, 3))),

@@ -248,7 +248,8 @@ CASES = [
     case(ops.pool2d, (x_img,), lambda x: x.max((2, 3), keepdims=True), {"global_pooling": True}, id="global"),
     # loss
     case(ops.cross_entropy, (logits, labels_ig), lambda x, y: np_cross_entropy(x, y), batched=(0, 1)),
-    case(ops.cross_entropy, (logits, labels[:, None]), lambda x, y: np_cross_entropy(x, y[:, 0], smooth=0.1, reduction="none")[:, None],
+    case(ops.cross_entropy, (logits, labels[:, None]),
+         lambda x, y: np_cross_entropy(x, y[:, 0], smooth=0.1, reduction="none")[:, None],
          {"label_smoothing": 0.1, "reduction": "none"}, batched=(0, 1), id="smooth-none"),
     case(ops.cross_entropy, (logits, soft), lambda x, y: -(y * np_log_softmax(x)).sum(),
          {"soft_label": True, "reduction": "sum"}, diff=(0, 1), batched=(0, 1), id="soft"),

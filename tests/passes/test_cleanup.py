@@ -2,7 +2,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import paddlejax as pj
 
@@ -16,7 +15,7 @@ def check_same_function(before, after, *shapes, atol=1e-6):
 
 def test_dce_removes_unused_ops_params_and_constants():
     def f(p, x):
-        unused = pj.ops.sigmoid(x @ p["w"])  # noqa: F841
+        pj.ops.sigmoid(x @ p["w"])  # computed, never used
         return x * 2.0
 
     prog = pj.trace(f, jnp.ones((2, 3)), params={"w": jnp.ones((3, 3))})

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 import paddlejax as pj
-from paddlejax.ir import Rewriter, TensorType
+from paddlejax.ir import TensorType
 from paddlejax.passes import Pass, PassError, PassManager, PassResult, parse_pipeline, register_pass
 
 
