@@ -1,0 +1,19 @@
+"""Every example in a docstring runs and prints what it says."""
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import paddlejax
+
+MODULES = sorted(m.name for m in pkgutil.walk_packages(paddlejax.__path__, "paddlejax.")
+                 if not m.name.startswith("paddlejax.cli"))
+MODULES += sorted(f"paddlejax.passes.{m.name}" for m in pkgutil.iter_modules(paddlejax.passes.__path__))
+
+
+@pytest.mark.parametrize("name", ["paddlejax", *MODULES])
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
