@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from paddlejax.ops.conv import paddle_padding
@@ -50,12 +51,14 @@ def _pool2d(x, *, pooling_type, kernel_size, stride, padding, ceil_mode, global_
     k, s, pads = _pool_geometry(xl.shape[1:3], kernel_size, stride, padding, ceil_mode, global_pooling)
     window, strides, full_pads = (1, *k, 1), (1, *s, 1), ((0, 0), *pads, (0, 0))
     if pooling_type == "max":
-        y = lax.reduce_window(xl, jnp.array(-jnp.inf, xl.dtype), lax.max, window, strides, full_pads)
+        # numpy init values: a traced init value makes JAX pick the generic reduce_window,
+        # which has no transpose rule (so no jit(grad))
+        y = lax.reduce_window(xl, np.array(-np.inf, xl.dtype), lax.max, window, strides, full_pads)
     else:
-        y = lax.reduce_window(xl, jnp.array(0, xl.dtype), lax.add, window, strides, full_pads)
+        y = lax.reduce_window(xl, np.array(0, xl.dtype), lax.add, window, strides, full_pads)
         if exclusive:  # count only the real input elements under each window
             ones = jnp.ones((1, *xl.shape[1:3], 1), xl.dtype)
-            y = y / lax.reduce_window(ones, jnp.array(0, xl.dtype), lax.add, window, strides, full_pads)
+            y = y / lax.reduce_window(ones, np.array(0, xl.dtype), lax.add, window, strides, full_pads)
         else:
             y = y / math.prod(k)
     return from_channels_last(y, data_format)
