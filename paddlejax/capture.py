@@ -147,11 +147,10 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
         default_name = getattr(fn, "__name__", "main")
         arg_names = _arg_names(fn, len(example_inputs))
 
-    leaves, in_tree = jax.tree_util.tree_flatten_with_path(tuple(example_inputs),
-                                                           is_leaf=lambda x: isinstance(x, InputSpec))
+    leaves, in_treedef = jax.tree_util.tree_flatten_with_path(tuple(example_inputs),
+                                                              is_leaf=lambda x: isinstance(x, InputSpec))
     input_names = [_input_name(p, arg_names, x) for p, x in leaves]
     structs = _symbolic_structs([x for _, x in leaves])
-    in_treedef = jax.tree_util.tree_structure(tuple(example_inputs), is_leaf=lambda x: isinstance(x, InputSpec))
     param_names = list(flat_params)
     out_tree = []
 
