@@ -18,7 +18,7 @@ import numpy as np
 from jax import lax
 
 from paddlejax import adapter
-from paddlejax.ir.attrs import dim_symbols, resolve
+from paddlejax.ir.attrs import resolve
 from paddlejax.ir.core import Block, Op, Program, TensorType
 from paddlejax.ops import registry
 
@@ -48,12 +48,8 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
                 ok &= dims.setdefault(w, g) is g or dims[w] == g
         if not ok:
             raise ValueError(f"{program.name}: input '{value.name}' expects {want}, got "
-                             f"{_type_str(got)}")
+                             f"{got}")
     return leaves, dims
-
-
-def _type_str(t: TensorType) -> str:
-    return str(TensorType(tuple(str(d) if not isinstance(d, int) else d for d in t.shape), t.dtype))
 
 
 def run_program(program: Program, params: dict, inputs: tuple):
@@ -135,14 +131,4 @@ def _scan(op, args, ctx):
 
 _RULES: dict[str, Callable] = {"param": _param, "constant": _constant, "cond": _cond,
                                "while": _while, "scan": _scan}
-
-
-def symbols_of(program: Program) -> set[str]:
-    """The symbolic sizes the program's inputs use (``{"b"}`` for a symbolic batch)."""
-    out: set[str] = set()
-    for v in program.inputs:
-        for d in v.type.shape:
-            if isinstance(d, str):
-                out |= dim_symbols(d)
-    return out
 

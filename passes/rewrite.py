@@ -160,12 +160,12 @@ def replace_pattern(program: Program, pattern: Callable, replacement: Callable,
     (scalars by default); ops and attributes must match exactly, shapes are not compared.
     The replacement is traced again for each match, on the matched values' types.
     """
-    from paddlejax.ir.verifier import _Shapes
+    from paddlejax.ir.verifier import Shapes
 
     matcher = _Matcher(_trace_function(pattern, example_inputs))
     pattern_args = matcher.pattern.inputs
     rewriter = Rewriter(program)
-    shapes = _Shapes(program)
+    shapes = Shapes(program)
     count = 0
     for op in list(program.walk()):
         if op.parent is None:

@@ -111,14 +111,6 @@ def resolve(value, env: dict):
     return value
 
 
-def has_symdim(value) -> bool:
-    if isinstance(value, SymDim):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(has_symdim(v) for v in value)
-    return False
-
-
 def from_jax(value):
     """Turn jax's symbolic dimensions inside a primitive parameter into :class:`SymDim`."""
     if jax.export.is_symbolic_dim(value):

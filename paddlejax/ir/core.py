@@ -54,11 +54,6 @@ class TensorType:
     def size(self) -> int | None:
         return math.prod(self.shape) if self.is_static else None
 
-    @property
-    def nbytes(self) -> int | None:
-        size = self.size
-        return None if size is None else size * np.dtype(jax.numpy.dtype(self.dtype)).itemsize
-
     def __str__(self) -> str:
         return f"{_SHORT_DTYPES.get(self.dtype, self.dtype)}[{','.join(str(d) for d in self.shape)}]"
 

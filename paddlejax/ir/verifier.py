@@ -31,7 +31,7 @@ def _describe(op: Op, index: int) -> str:
     return f"op #{index} '{op.type}'{loc}"
 
 
-class _Shapes:
+class Shapes:
     """Symbolic sizes shared by all types of one program."""
 
     def __init__(self, program: Program):
@@ -52,7 +52,7 @@ class _Shapes:
         return jax.ShapeDtypeStruct(shape, jax.numpy.dtype(t.dtype))
 
 
-def infer_types(op: Op, in_types: list[TensorType], shapes: "_Shapes") -> list[TensorType]:
+def infer_types(op: Op, in_types: list[TensorType], shapes: "Shapes") -> list[TensorType]:
     """Result types of a registry or lax op with operands of ``in_types``."""
     attrs = attrs_lib.resolve(op.attrs, shapes.env)
     if op.type.startswith("lax."):
@@ -82,7 +82,7 @@ def infer_types(op: Op, in_types: list[TensorType], shapes: "_Shapes") -> list[T
 class _Verifier:
     def __init__(self, program: Program):
         self.program = program
-        self.shapes = _Shapes(program)
+        self.shapes = Shapes(program)
         self.index = 0
 
     def block(self, block: Block, expect_args=None) -> None:

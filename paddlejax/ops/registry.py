@@ -228,13 +228,6 @@ class OpDef:
         arrays = self.check_inputs(args)
         return self.bind(*arrays, **self.check_attrs(attrs))
 
-    def input_names(self, count: int) -> list[str]:
-        """Names of the first ``count`` inputs (variadic ones numbered)."""
-        if self.inputs and self.inputs[-1].variadic:
-            fixed = [s.name for s in self.inputs[:-1]]
-            return fixed + [f"{self.inputs[-1].name}{i}" for i in range(count - len(fixed))]
-        return [s.name for s in self.inputs[:count]]
-
 
 _REGISTRY: dict[str, OpDef] = {}
 
