@@ -15,14 +15,21 @@ from paddlejax.stablehlo import export
 
 __version__ = "0.1.0"
 
-_LAZY = {"passes", "models", "slim", "hub"}
+_LAZY = {"passes", "models", "slim", "hub", "nn", "data", "train"}
+# Runtime functions, imported on first use so that ``import paddlejax`` stays light.
+_LAZY_ATTRS = {"to_static": "paddlejax.static", "check_nan_inf": "paddlejax.nancheck",
+               "NonFiniteError": "paddlejax.nancheck", "Trainer": "paddlejax.train",
+               **{n: "paddlejax.autodiff" for n in ("grad", "value_and_grad", "gradients", "jacobian",
+                                                    "hessian", "jvp", "vjp")}}
 
 
 def __getattr__(name):
     if name in _LAZY:
         return importlib.import_module(f"paddlejax.{name}")
+    if name in _LAZY_ATTRS:
+        return getattr(importlib.import_module(_LAZY_ATTRS[name]), name)
     raise AttributeError(f"module 'paddlejax' has no attribute '{name}'")
 
 
 __all__ = ["ops", "trace", "InputSpec", "CaptureError", "Program", "save", "load",
-           "ProgramFormatError", "export", "passes", "models", "slim", "hub", "__version__"]
+           "ProgramFormatError", "export", "__version__", *sorted(_LAZY), *sorted(_LAZY_ATTRS)]

@@ -164,7 +164,7 @@ def _lax_primitives() -> dict[str, Primitive]:
     for mod_name, mod in list(sys.modules.items()):
         if mod is None or not mod_name.startswith(("jax._src.lax", "jax._src.ad_util", "jax._src.prng",
                                                    "jax._src.random", "jax._src.nn", "jax._src.numpy",
-                                                   "jax._src.pjit", "jax._src.core")):
+                                                   "jax._src.pjit", "jax._src.core", "jax._src.export.shape_poly")):
             continue
         for value in list(vars(mod).values()):
             if isinstance(value, Primitive):

@@ -23,7 +23,9 @@ from paddlejax.ir.core import Block, Op, Program, TensorType
 from paddlejax.ops import registry
 
 
-class _Context:
+class Context:
+    """What ops read besides their operands: parameters, constants and solved symbolic sizes."""
+
     def __init__(self, params, constants, dims):
         self.params = params
         self.constants = constants
@@ -55,7 +57,7 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
 def run_program(program: Program, params: dict, inputs: tuple):
     """Evaluate ``program`` on ``inputs`` with parameters ``params``."""
     leaves, dims = bind_inputs(program, inputs)
-    ctx = _Context(params, program.constants, dims)
+    ctx = Context(params, program.constants, dims)
     outs = run_block(program.body, leaves, ctx)
     return jax.tree_util.tree_unflatten(program.out_tree, outs)
 
@@ -129,6 +131,13 @@ def _scan(op, args, ctx):
     return [*carry, *ys]
 
 
+def _dim_as_value(op, args, ctx):
+    dim = resolve(op.attrs["dim"], ctx.dims)
+    if isinstance(dim, int):  # a size known at run time is a constant (its primitive only lowers symbols)
+        return [np.asarray(dim, jax.numpy.dtype(op.result.type.dtype))]
+    return [adapter.lax_primitive("dim_as_value").bind(dim=dim)]
+
+
 _RULES: dict[str, Callable] = {"param": _param, "constant": _constant, "cond": _cond,
-                               "while": _while, "scan": _scan}
+                               "while": _while, "scan": _scan, "lax.dim_as_value": _dim_as_value}
 

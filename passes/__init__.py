@@ -11,3 +11,4 @@ from paddlejax.passes.cleanup import (CommonSubexpressionElimination, DeadCodeEl
                                       EliminateIdentity, FoldConstants)
 from paddlejax.passes.manager import PassError, PassManager, PassRecord, parse_pipeline, run  # noqa: F401
 from paddlejax.passes.rewrite import PatternPass, RewritePattern, apply_patterns, replace_pattern  # noqa: F401
+from paddlejax.passes.amp import AutoMixedPrecision  # noqa: F401

@@ -91,6 +91,20 @@ def _block_lines(block: Block, namer: Namer, indent: str, locs: bool) -> list[st
     return lines
 
 
+def op_lines(program: Program) -> dict[Op, str]:
+    """Each main-block op's line as ``print(program)`` shows it (the first line for ops with blocks).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: pj.ops.relu(x), jnp.ones(3))
+    >>> op_lines(prog)[prog.body.ops[0]]
+    '%0 = relu(%x) : f32[3]'
+    """
+    namer = Namer()
+    for a in program.body.args:
+        namer.arg(a)
+    return {op: _op_lines(op, namer, "", False)[0] for op in program.body.ops}
+
+
 def format_program(program: Program, locs: bool = False) -> str:
     namer = Namer()
     args = ", ".join(f"%{namer.arg(a)}: {a.type}" for a in program.body.args)

@@ -80,6 +80,12 @@ class Rewriter:
         self._note(*(op for op, _ in uses))
         return len(uses)
 
+    def set_result_type(self, value: Value, type: TensorType) -> None:
+        """Give a result a new type (a pass that changes dtypes, such as mixed precision)."""
+        value.type = type
+        if value.producer is not None:
+            self._note(value.producer)
+
     def set_attr(self, op: Op, key: str, value) -> None:
         op.attrs[key] = value
         self._note(op)
