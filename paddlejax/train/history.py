@@ -1,0 +1,78 @@
+"""What a training run logs: a history of scalars, TensorBoard event files and a curves plot.
+
+>>> h = History()
+>>> h.log("train", 1, {"loss": 2.0}); h.log("train", 2, {"loss": 1.0}); h.log("eval", 2, {"loss": 1.5})
+>>> h.series("train", "loss")
+([1, 2], [2.0, 1.0])
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+
+
+class History:
+    """Scalars by phase (``"train"``, ``"eval"``, ``"epoch"``) and name, each a list of (step, value)."""
+
+    def __init__(self):
+        self.records: dict[str, dict[str, list[tuple[int, float]]]] = collections.defaultdict(
+            lambda: collections.defaultdict(list))
+
+    def log(self, phase: str, step: int, values: dict) -> None:
+        for name, value in values.items():
+            self.records[phase][name].append((int(step), float(value)))
+
+    def series(self, phase: str, name: str) -> tuple[list[int], list[float]]:
+        pairs = self.records.get(phase, {}).get(name, [])
+        return [s for s, _ in pairs], [v for _, v in pairs]
+
+    def last(self, phase: str, name: str) -> float | None:
+        pairs = self.records.get(phase, {}).get(name)
+        return pairs[-1][1] if pairs else None
+
+    def plot(self, path: str) -> str:
+        """Write one panel per metric (train and eval curves over steps) to a PNG at ``path``."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        names = sorted({n for phase in ("train", "eval") for n in self.records.get(phase, {})} - {"lr"})
+        if not names:
+            raise ValueError("History.plot: nothing has been logged yet")
+        cols = min(len(names), 3)
+        rows = math.ceil(len(names) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
+        for ax, name in zip(axes.flat, names):
+            for phase, style in (("train", "-"), ("eval", "o-")):
+                steps, values = self.series(phase, name)
+                if steps:
+                    ax.plot(steps, values, style, label=phase, markersize=3)
+            ax.set_title(name)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        for ax in list(axes.flat)[len(names):]:
+            ax.axis("off")
+        fig.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+class TensorBoard:
+    """Scalars as TensorBoard event files under ``log_dir`` (tags ``phase/name``), via tensorboardX."""
+
+    def __init__(self, log_dir: str):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir)
+
+    def log(self, phase: str, step: int, values: dict) -> None:
+        for name, value in values.items():
+            self.writer.add_scalar(f"{phase}/{name}", float(value), int(step))
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,139 @@
+"""Metrics: per-batch sums computed on device inside the jitted step, reduced on the host.
+
+A metric's ``update(outputs, labels)`` returns a dict of summable arrays; the trainer adds
+them up over an epoch and ``result(totals)`` turns the totals into numbers. Summing counts
+(not averaging averages) makes the result exact for any batch split.
+
+>>> import jax.numpy as jnp
+>>> acc = Accuracy(topk=(1, 2))
+>>> sums = acc.update(jnp.array([[0.1, 0.9, 0.0], [0.8, 0.15, 0.05]]), jnp.array([1, 1]))
+>>> acc.result(sums)
+{'acc': 0.5, 'acc_top2': 1.0}
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+class Metric:
+    """Base class: ``update`` gives sums for one batch, ``result`` the metric from totals."""
+
+    name = "metric"
+
+    def update(self, outputs, labels) -> dict:
+        raise NotImplementedError
+
+    def result(self, totals: dict) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Accuracy(Metric):
+    """Top-k classification accuracy (``acc`` for k=1, ``acc_top{k}`` otherwise).
+
+    ``outputs`` are logits or probabilities ``[..., classes]``, ``labels`` integer classes.
+    """
+
+    name = "acc"
+
+    def __init__(self, topk=(1,)):
+        self.topk = tuple(topk)
+
+    def update(self, outputs, labels):
+        labels = jnp.asarray(labels).reshape(outputs.shape[:-1])
+        k_max = max(self.topk)
+        top = jax.lax.top_k(outputs, k_max)[1]
+        hits = top == labels[..., None].astype(top.dtype)
+        sums = {f"correct{k}": jnp.sum(jnp.any(hits[..., :k], axis=-1)) for k in self.topk}
+        sums["count"] = jnp.asarray(labels.size, jnp.int32)
+        return sums
+
+    def result(self, totals):
+        return {("acc" if k == 1 else f"acc_top{k}"): float(totals[f"correct{k}"]) / max(int(totals["count"]), 1)
+                for k in self.topk}
+
+
+class Precision(Metric):
+    """Binary precision: TP / (TP + FP); ``outputs`` are probabilities of the positive class
+    (or logits with ``from_logits=True``), thresholded at 0.5.
+
+    >>> import jax.numpy as jnp
+    >>> Precision().result(Precision().update(jnp.array([0.9, 0.8, 0.1]), jnp.array([1, 0, 0])))
+    {'precision': 0.5}
+    """
+
+    name = "precision"
+
+    def __init__(self, from_logits: bool = False):
+        self.from_logits = from_logits
+
+    def _confusion(self, outputs, labels):
+        pred = (outputs > 0) if self.from_logits else (outputs >= 0.5)
+        pred, truth = pred.reshape(-1), jnp.asarray(labels).reshape(-1).astype(bool)
+        return {"tp": jnp.sum(pred & truth), "fp": jnp.sum(pred & ~truth), "fn": jnp.sum(~pred & truth)}
+
+    def update(self, outputs, labels):
+        return self._confusion(outputs, labels)
+
+    def result(self, totals):
+        tp, fp = int(totals["tp"]), int(totals["fp"])
+        return {"precision": tp / (tp + fp) if tp + fp else 0.0}
+
+
+class Recall(Precision):
+    """Binary recall: TP / (TP + FN), same inputs as :class:`Precision`.
+
+    >>> import jax.numpy as jnp
+    >>> Recall().result(Recall().update(jnp.array([0.9, 0.2, 0.1]), jnp.array([1, 1, 0])))
+    {'recall': 0.5}
+    """
+
+    name = "recall"
+
+    def result(self, totals):
+        tp, fn = int(totals["tp"]), int(totals["fn"])
+        return {"recall": tp / (tp + fn) if tp + fn else 0.0}
+
+
+class Perplexity(Metric):
+    """exp(mean token negative log-likelihood) of logits ``[..., vocab]`` against token ids;
+    tokens equal to ``ignore_index`` (padding) are left out.
+
+    >>> import jax.numpy as jnp
+    >>> Perplexity().result(Perplexity().update(jnp.zeros((2, 3, 4)), jnp.zeros((2, 3), int)))
+    {'ppl': 4.0}
+    """
+
+    name = "ppl"
+
+    def __init__(self, ignore_index: int | None = None):
+        self.ignore_index = ignore_index
+
+    def update(self, outputs, labels):
+        labels = jnp.asarray(labels).reshape(outputs.shape[:-1])
+        logp = jax.nn.log_softmax(outputs.astype(jnp.float32), axis=-1)
+        nll = -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+        keep = jnp.ones_like(nll, bool) if self.ignore_index is None else labels != self.ignore_index
+        return {"nll": jnp.sum(jnp.where(keep, nll, 0.0)), "tokens": jnp.sum(keep)}
+
+    def result(self, totals):
+        return {"ppl": math.exp(float(totals["nll"]) / max(int(totals["tokens"]), 1))}
+
+
+_BY_NAME = {"acc": Accuracy, "accuracy": Accuracy, "precision": Precision, "recall": Recall,
+            "ppl": Perplexity, "perplexity": Perplexity}
+
+
+def get(metric) -> Metric:
+    """A metric from an instance or a name (``"accuracy"``, ``"precision"``, ``"recall"``, ``"ppl"``).
+
+    >>> get("accuracy").topk
+    (1,)
+    """
+    if isinstance(metric, Metric):
+        return metric
+    if isinstance(metric, str) and metric.lower() in _BY_NAME:
+        return _BY_NAME[metric.lower()]()
+    raise ValueError(f"metrics: expects a Metric or one of {sorted(_BY_NAME)}, got {metric!r}")

@@ -1,0 +1,433 @@
+"""The Trainer: Paddle's ``Model.fit`` habits on Flax NNX, Optax and Orbax.
+
+The model is captured as a static program (:func:`paddlejax.to_static`) on the first batch;
+passes decide mixed precision on that program, and one jitted step runs forward, loss,
+backward, optimizer update, EMA and metric sums. Parameters stay float32 (master weights).
+
+>>> import numpy as np, optax, paddlejax as pj
+>>> from flax import nnx
+>>> x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+>>> y = (x[:, 0] > 0).astype("int32")
+>>> trainer = pj.Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(0)), optax.sgd(0.5), metrics=["accuracy"],
+...                      progress=False)
+>>> trainer.fit((x, y), epochs=20, batch_size=16)
+>>> trainer.evaluate((x, y))["acc"] > 0.9
+True
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from paddlejax import ops
+from paddlejax.capture import InputSpec
+from paddlejax.ir.core import Program
+from paddlejax.static import ModelState, to_static
+from paddlejax.train import metrics as metrics_lib
+from paddlejax.train.callbacks import Callback
+from paddlejax.train.history import History, TensorBoard
+from paddlejax.train.loss_scale import LossScale, all_finite
+
+AMP_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+
+
+def _cross_entropy(outputs, labels):
+    return ops.cross_entropy(outputs, labels)
+
+
+def _mse(outputs, labels):
+    return jnp.mean(jnp.square(outputs.astype(jnp.float32) - labels))
+
+
+LOSSES = {"cross_entropy": _cross_entropy, "mse": _mse}
+
+
+def _loss_fn(loss) -> Callable:
+    if callable(loss):
+        return loss
+    if loss in LOSSES:
+        return LOSSES[loss]
+    raise ValueError(f"Trainer: loss expects a callable or one of {sorted(LOSSES)}, got {loss!r}")
+
+
+def _spec(x) -> InputSpec:
+    """The input spec of one batch array with a symbolic batch size."""
+    x = np.asarray(x) if not hasattr(x, "shape") else x
+    return InputSpec((None, *x.shape[1:]), jnp.result_type(x).name)
+
+
+class Trainer:
+    """Train, evaluate and run an NNX model (a ``paddlejax.nn`` layer or any ``nnx.Module``).
+
+    Args:
+        model: the model; its variables are updated in place at the end of ``fit``.
+        optimizer: an optax transformation (``optax.inject_hyperparams(optax.sgd)(learning_rate=
+            schedule)`` also logs the learning rate).
+        loss: ``"cross_entropy"``, ``"mse"`` or ``fn(outputs, labels) -> scalar``.
+        metrics: :class:`~paddlejax.train.metrics.Metric` instances or names (``"accuracy"``).
+        amp: ``"bf16"`` or ``"fp16"`` (Paddle's AMP lists as the ``amp`` pass on the program;
+            fp16 adds dynamic loss scaling), or None.
+        grad_clip: clip gradients to this global norm. ``weight_decay``: L2 decay added to the
+            gradients (Paddle's ``L2Decay``). ``accumulate``: gradient accumulation steps.
+        ema: decay of an exponential moving average of the parameters (Paddle's
+            ``ExponentialMovingAverage``, with its ``min(decay, (1 + t) / (10 + t))`` warm-up);
+            evaluation, prediction and saved models then use the averaged weights.
+        callbacks, log_dir (TensorBoard event files), log_every (steps between progress updates).
+        checkpoint_dir, checkpoint_every, keep_checkpoints, resume: Orbax checkpoints of the
+            whole training state; ``fit`` resumes from the latest good one.
+        check_nan_inf: on a non-finite loss or gradient, name the first op that produced it.
+    """
+
+    def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
+                 metrics: Sequence = (), *, amp: str | None = None, grad_clip: float | None = None,
+                 weight_decay: float | None = None, accumulate: int = 1, ema: float | None = None,
+                 callbacks: Sequence[Callback] = (), log_dir: str | None = None, log_every: int = 10,
+                 progress: bool = True, checkpoint_dir: str | None = None, checkpoint_every: int = 100,
+                 keep_checkpoints: int = 3, resume: bool = True, check_nan_inf: bool = False):
+        if amp is not None and amp not in AMP_DTYPES:
+            raise ValueError(f"Trainer: amp expects one of {sorted(AMP_DTYPES)} or None, got {amp!r}")
+        if accumulate < 1:
+            raise ValueError(f"Trainer: accumulate expects an int >= 1, got {accumulate!r}")
+        if ema is not None and not 0 < ema < 1:
+            raise ValueError(f"Trainer: ema expects a decay in (0, 1), got {ema!r}")
+        self.model = model
+        self.model_state = ModelState(model)
+        self.loss_fn = _loss_fn(loss)
+        self.metrics = [metrics_lib.get(m) for m in metrics]
+        self.amp = AMP_DTYPES.get(amp) if amp else None
+        self.tx = self._optimizer(optimizer or optax.sgd(0.01), grad_clip, weight_decay, accumulate)
+        self.ema_decay = ema
+        self.callbacks = list(callbacks)
+        self.history = History()
+        self.tensorboard = TensorBoard(log_dir) if log_dir else None
+        self.log_every, self.progress = max(1, log_every), progress
+        self.check = check_nan_inf
+        self.checkpoints = None
+        if checkpoint_dir is not None:
+            from paddlejax.train.checkpoint import CheckpointManager
+
+            self.checkpoints = CheckpointManager(checkpoint_dir, every=checkpoint_every, keep=keep_checkpoints)
+        self.resume = resume
+        self.stop_training = False
+        self.specs: tuple | None = None
+        self.train_program: Program | None = None
+        self.eval_program: Program | None = None
+        self.state: dict | None = None
+        self._sums_shape = None
+        self.epoch = 0
+
+    # -- construction ------------------------------------------------------------------------
+    @staticmethod
+    def _optimizer(tx, grad_clip, weight_decay, accumulate):
+        chain = []
+        if grad_clip is not None:
+            chain.append(optax.clip_by_global_norm(grad_clip))
+        if weight_decay:
+            chain.append(optax.add_decayed_weights(weight_decay))
+        tx = optax.chain(*chain, tx) if chain else tx
+        return optax.MultiSteps(tx, every_k_schedule=accumulate) if accumulate > 1 else tx
+
+    def _build(self, inputs) -> None:
+        """Capture the programs and initialise the training state on the first batch."""
+        if self.train_program is not None:
+            return
+        self.specs = tuple(_spec(x) for x in inputs)
+        self.train_program = self._static(train=True)
+        self.eval_program = self._static(train=False)
+        values = self.model_state.values
+        params = {n: values[n] for n in sorted(self.model_state.trainable)}
+        scale = LossScale.dynamic() if self.amp == "float16" else LossScale.none()
+        self.state = {
+            "params": params,
+            "extra": {n: v for n, v in values.items() if n not in params},
+            "opt": self.tx.init(params),
+            "ema": dict(params) if self.ema_decay else {},
+            "loss_scale": scale,
+            "step": jnp.int32(0),
+        }
+        # fresh buffers: the step donates its state, which must not free the model's own arrays
+        self.state = jax.tree.map(lambda x: jnp.array(x, copy=True), self.state)
+        donate = () if self.check else (0,)
+        self._train_step = jax.jit(self._step, donate_argnums=donate)
+        self._eval_step = jax.jit(self._evaluate_batch)
+        self._predict_step = jax.jit(lambda s, inputs: self.eval_program.apply(self._weights(s), *inputs))
+
+    def _static(self, train: bool) -> Program:
+        prog = to_static(self.model, *self.specs, train=train)
+        if self.amp:
+            from paddlejax import passes
+
+            prog = passes.run(prog, f"amp{{dtype={self.amp}}}")
+        return prog
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"]) if self.state is not None else 0
+
+    # -- the jitted functions --------------------------------------------------------------------
+    def _batch_sums(self, outputs, labels, loss):
+        n = jnp.asarray(labels).shape[0] if jnp.ndim(labels) else 1
+        sums = {"loss": loss.astype(jnp.float32) * n, "count": jnp.asarray(n, jnp.float32)}
+        for m in self.metrics:
+            sums.update({f"{m.name}.{k}": v for k, v in m.update(outputs, labels).items()})
+        return sums
+
+    def _step(self, state, sums, inputs, labels):
+        scale = state["loss_scale"]
+
+        def objective(params):
+            outputs, updates = self.train_program.apply({**params, **state["extra"]}, *inputs)
+            loss = self.loss_fn(outputs, labels).astype(jnp.float32)
+            return loss * scale.scale, (loss, outputs, updates)
+
+        grads, (loss, outputs, updates) = jax.grad(objective, has_aux=True)(state["params"])
+        grads = scale.unscale(grads)
+        finite = all_finite(grads) & jnp.isfinite(loss)
+        new_scale, apply = scale.adjust(finite)
+        deltas, opt = self.tx.update(grads, state["opt"], state["params"])
+        params = optax.apply_updates(state["params"], deltas)
+        extra = {**state["extra"], **updates}
+        if scale.is_dynamic:  # a skipped step keeps everything but the scale
+            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
+            params, opt, extra = keep(params, state["params"]), keep(opt, state["opt"]), keep(extra, state["extra"])
+        ema = state["ema"]
+        if self.ema_decay:
+            t = state["step"].astype(jnp.float32)
+            decay = jnp.minimum(self.ema_decay, (1 + t) / (10 + t))
+            ema = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema, params)
+        new_state = {"params": params, "extra": extra, "opt": opt, "ema": ema, "loss_scale": new_scale,
+                     "step": state["step"] + 1}
+        batch = self._batch_sums(outputs, labels, loss)
+        return new_state, jax.tree.map(jnp.add, sums, batch), loss, finite
+
+    def _weights(self, state) -> dict:
+        params = state["ema"] if self.ema_decay else state["params"]
+        return {**params, **state["extra"]}
+
+    def _evaluate_batch(self, state, sums, inputs, labels):
+        outputs = self.eval_program.apply(self._weights(state), *inputs)
+        batch = self._batch_sums(outputs, labels, self.loss_fn(outputs, labels))
+        return jax.tree.map(jnp.add, sums, batch)
+
+    def _zero_sums(self, inputs, labels) -> dict:
+        """Zeros shaped like one batch's sums (one compiled step serves the first batch and the rest)."""
+        if self._sums_shape is None:
+            self._sums_shape = jax.eval_shape(
+                lambda s, i, y: self._batch_sums(self.eval_program.apply(self._weights(s), *i), y, jnp.float32(0)),
+                self.state, inputs, labels)
+        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self._sums_shape)
+
+    # -- public API ------------------------------------------------------------------------------
+    def train_batch(self, inputs: Sequence, labels) -> float:
+        """One optimisation step on a batch; returns its loss (Paddle's ``Model.train_batch``)."""
+        inputs = tuple(inputs)
+        self._build(inputs)
+        self.state, _, loss, _ = self._run_step(self._zero_sums(inputs, labels), inputs, labels)
+        return float(loss)
+
+    def _run_step(self, sums, inputs, labels):
+        before = self.state
+        state, sums, loss, finite = self._train_step(self.state, sums, inputs, labels)
+        if self.check and not bool(finite):
+            self._report_nonfinite(before, inputs, labels)
+        return state, sums, loss, finite
+
+    def _report_nonfinite(self, state, inputs, labels):
+        from paddlejax.nancheck import NonFiniteError, check_nan_inf
+
+        values = {**state["params"], **state["extra"]}
+        check_nan_inf(self.train_program, values, *inputs)
+        outputs, _ = self.train_program.apply(values, *inputs)
+        if not bool(all_finite(self.loss_fn(outputs, labels))):
+            raise NonFiniteError(f"step {int(state['step'])}: the program's outputs are finite but the loss "
+                                 "function produced a non-finite value")
+        grads = jax.grad(lambda p: self.loss_fn(self.train_program.apply({**p, **state["extra"]}, *inputs)[0],
+                                                labels))(state["params"])
+        bad = sorted(n for n, g in grads.items() if not bool(all_finite(g)))
+        raise NonFiniteError(f"step {int(state['step'])}: the forward pass is finite but the gradients of "
+                             f"{', '.join(bad) or 'no parameter'} are not (an op's derivative overflowed)")
+
+    def fit(self, train, eval=None, epochs: int = 1, batch_size: int = 32, shuffle: bool = True,
+            seed: int = 0, eval_every: int | None = None) -> History:
+        """Train for ``epochs`` over ``train`` (a DataLoader, or arrays / a dataset that is wrapped
+        in one with ``batch_size``, ``shuffle`` and ``seed``), evaluating on ``eval`` after every
+        epoch (and every ``eval_every`` steps if set). Returns the :class:`History`."""
+        loader = self._loader(train, batch_size, shuffle, seed)
+        eval_loader = self._loader(eval, batch_size, False, seed) if eval is not None else None
+        if len(loader) == 0:
+            raise ValueError("Trainer.fit: the training data gives no batch (fewer samples than batch_size "
+                             "with drop_last?)")
+        self._maybe_resume(loader)
+        self.stop_training = False
+        self._call("on_train_begin")
+        try:
+            while self.epoch < epochs and not self.stop_training:
+                self._train_epoch(loader, eval_loader, epochs, eval_every)
+        finally:
+            if self.checkpoints is not None:
+                self.checkpoints.wait()
+            self.sync_model()
+        self._call("on_train_end")
+        return self.history
+
+    def _loader(self, data, batch_size, shuffle, seed):
+        from paddlejax.data import DataLoader
+
+        if isinstance(data, DataLoader):
+            return data
+        return DataLoader(data, batch_size=batch_size, shuffle=shuffle, seed=seed)
+
+    def _split(self, batch):
+        if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+            raise ValueError("Trainer: batches must be (inputs..., labels) tuples; got "
+                             f"{type(batch).__name__}")
+        return tuple(batch[:-1]), batch[-1]
+
+    def _train_epoch(self, loader, eval_loader, epochs, eval_every):
+        epoch = self.epoch
+        self._call("on_epoch_begin", epoch)
+        start = loader.state_dict().get("position", 0) if hasattr(loader, "state_dict") else 0
+        bar = self._bar(len(loader), start, f"epoch {epoch + 1}/{epochs}")
+        sums, logs, tic = None, {}, time.perf_counter()
+        for i, batch in enumerate(loader, start=start):
+            inputs, labels = self._split(batch)
+            self._build(inputs)
+            sums = self._zero_sums(inputs, labels) if sums is None else sums
+            self.state, sums, loss, _ = self._run_step(sums, inputs, labels)
+            step = self.step
+            if (i + 1) % self.log_every == 0 or i + 1 == len(loader):
+                logs = {"loss": float(loss), **self._results(sums)}
+                logs.pop("loss_avg", None)
+                self._log("train", step, {**logs, **self._lr()})
+                if bar is not None:
+                    bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+                self._call("on_step_end", step, logs)
+            if bar is not None:
+                bar.update(1)
+            if eval_loader is not None and eval_every and step % eval_every == 0:
+                self._eval_and_log(eval_loader)
+            if self.checkpoints is not None:
+                self._save_checkpoint(loader, epoch, force=False)
+            if self.stop_training:
+                break
+        if bar is not None:
+            bar.close()
+        epoch_logs = {**self._results(sums), "time": time.perf_counter() - tic} if sums is not None else {}
+        if eval_loader is not None and not self.stop_training:
+            epoch_logs.update(self._eval_and_log(eval_loader))
+        self.history.log("epoch", epoch, epoch_logs)
+        if not self.stop_training:
+            self.epoch += 1
+        self._call("on_epoch_end", epoch, epoch_logs)
+        if self.checkpoints is not None and self.checkpoints.latest_step() != self.step:
+            self._save_checkpoint(loader, self.epoch, force=True)
+
+    def _results(self, sums) -> dict:
+        totals = jax.device_get(sums)
+        out = {"loss": float(totals["loss"]) / max(float(totals["count"]), 1.0)}
+        for m in self.metrics:
+            prefix = f"{m.name}."
+            out.update(m.result({k[len(prefix):]: v for k, v in totals.items() if k.startswith(prefix)}))
+        return out
+
+    def _lr(self) -> dict:
+        lr = optax.tree_utils.tree_get(self.state["opt"], "learning_rate", None)
+        return {} if lr is None else {"lr": float(lr)}
+
+    def _eval_and_log(self, eval_loader) -> dict:
+        results = self.evaluate(eval_loader)
+        logs = {f"eval_{k}": v for k, v in results.items()}
+        self._log("eval", self.step, results)
+        self._call("on_eval_end", logs)
+        return logs
+
+    def evaluate(self, data, batch_size: int = 256) -> dict[str, float]:
+        """Loss and metrics over ``data`` in eval mode (with the EMA weights when ``ema`` is set)."""
+        loader = self._loader(data, batch_size, False, 0)
+        sums = None
+        for batch in loader:
+            inputs, labels = self._split(batch)
+            self._build(inputs)
+            sums = self._zero_sums(inputs, labels) if sums is None else sums
+            sums = self._eval_step(self.state, sums, inputs, labels)
+        if sums is None:
+            raise ValueError("Trainer.evaluate: the data gives no batch")
+        return self._results(sums)
+
+    def predict(self, data, batch_size: int = 256) -> Any:
+        """The model's outputs over ``data`` (arrays of inputs, or batches of (inputs..., labels)),
+        concatenated along the batch axis as numpy arrays."""
+        if isinstance(data, np.ndarray) or hasattr(data, "shape"):
+            data = (data,)
+        loader = self._loader(data, batch_size, False, 0)
+        outs = []
+        for batch in loader:
+            inputs = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            inputs = inputs[:len(self.specs)] if self.specs else inputs
+            self._build(inputs)
+            outs.append(jax.device_get(self._predict_step(self.state, inputs)))
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+
+    def inference_program(self) -> Program:
+        """The model in eval mode as a program holding the current (EMA) weights, ready to save."""
+        if self.state is None:
+            raise RuntimeError("Trainer.inference_program: train or evaluate on a batch first")
+        copy = self.model_state.merge(jax.device_get(self._weights(self.state)))
+        return to_static(copy, *self.specs)
+
+    def sync_model(self) -> None:
+        """Write the trained parameters and state back into ``model``."""
+        if self.state is not None:
+            self.model_state.write({**self.state["params"], **self.state["extra"]})
+
+    def plot(self, path: str = "curves.png") -> str:
+        """Training curves (loss and metrics, train and eval) as a PNG; returns the path."""
+        return self.history.plot(path)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _checkpoint_tree(self) -> dict:
+        leaves = jax.tree.leaves(self.state)
+        return {f"{i:05d}": leaf for i, leaf in enumerate(leaves)}
+
+    def _save_checkpoint(self, loader, epoch, force):
+        meta = {"epoch": epoch, "loader": loader.state_dict() if hasattr(loader, "state_dict") else None}
+        self.checkpoints.save(self.step, self._checkpoint_tree(), meta=meta, force=force)
+
+    def _maybe_resume(self, loader) -> None:
+        if self.checkpoints is None or not self.resume or self.checkpoints.latest_step() is None:
+            return
+        from paddlejax.data import DataLoader
+
+        peek = DataLoader(loader.dataset, batch_size=loader.batch_size, device_prefetch=0)
+        self._build(self._split(next(iter(peek)))[0])
+        restored = self.checkpoints.restore(like=self._checkpoint_tree())
+        if restored is None:
+            return
+        treedef = jax.tree.structure(self.state)
+        self.state = jax.tree.unflatten(treedef, [restored.state[k] for k in sorted(restored.state)])
+        self.epoch = restored.meta["epoch"]
+        if restored.meta.get("loader") is not None:
+            loader.load_state_dict(restored.meta["loader"])
+
+    # -- logging ---------------------------------------------------------------------------------
+    def _bar(self, total, initial, desc):
+        if not self.progress:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+
+    def _log(self, phase, step, values):
+        self.history.log(phase, step, values)
+        if self.tensorboard is not None:
+            self.tensorboard.log(phase, step, values)
+
+    def _call(self, hook, *args):
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
