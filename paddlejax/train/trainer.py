@@ -315,14 +315,14 @@ class Trainer:
                 self._save_checkpoint(loader, epoch, force=False)
             if self.stop_training:
                 break
+        else:
+            self.epoch += 1
         if bar is not None:
             bar.close()
         epoch_logs = {**self._results(sums), "time": time.perf_counter() - tic} if sums is not None else {}
-        if eval_loader is not None and not self.stop_training:
+        if eval_loader is not None and self.epoch > epoch:
             epoch_logs.update(self._eval_and_log(eval_loader))
         self.history.log("epoch", epoch, epoch_logs)
-        if not self.stop_training:
-            self.epoch += 1
         self._call("on_epoch_end", epoch, epoch_logs)
         if self.checkpoints is not None and self.checkpoints.latest_step() != self.step:
             self._save_checkpoint(loader, self.epoch, force=True)
@@ -336,8 +336,10 @@ class Trainer:
         return out
 
     def _lr(self) -> dict:
-        lr = optax.tree_utils.tree_get(self.state["opt"], "learning_rate", None)
-        return {} if lr is None else {"lr": float(lr)}
+        """The learning rate of the last step, when the optimizer exposes it (``inject_hyperparams``)."""
+        found = optax.tree_utils.tree_get_all_with_path(self.state["opt"], "learning_rate")
+        values = [v for _, v in found if isinstance(v, jax.Array) and v.ndim == 0]
+        return {"lr": float(values[0])} if values else {}
 
     def _eval_and_log(self, eval_loader) -> dict:
         results = self.evaluate(eval_loader)
