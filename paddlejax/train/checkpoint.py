@@ -109,14 +109,13 @@ def _show(path) -> str:
     return "/".join(path) or "<root>"
 
 
-def _kind(leaf) -> str:
+def _kind(leaf) -> str | None:
+    """How Orbax stores ``leaf`` (and so how to ask for it back); None if it cannot."""
     if isinstance(leaf, jax.Array):
         return "jax"
     if isinstance(leaf, (np.ndarray, np.generic)):
         return "numpy"
-    if isinstance(leaf, _SCALARS):
-        return "scalar"
-    raise TypeError(f"unsupported leaf type {type(leaf).__name__}")
+    return "scalar" if isinstance(leaf, _SCALARS) else None
 
 
 def _describe(state) -> list[dict]:
@@ -125,29 +124,24 @@ def _describe(state) -> list[dict]:
     if not flat:
         raise ValueError("CheckpointManager.save: 'state' expects a pytree with at least one array, "
                          f"got {type(state).__name__} with no leaves")
-    if flat[0][0] == ():
-        raise TypeError("CheckpointManager.save: 'state' expects a container (dict, list, tuple, "
-                        f"nnx.State) of arrays, got a bare {type(state).__name__}")
     entries, seen = [], set()
     for keys, leaf in flat:
-        path = _path(keys)
-        try:
-            kind = _kind(leaf)
-        except TypeError as e:
+        path, kind = _path(keys), _kind(leaf)
+        if kind is None:
             raise TypeError(f"CheckpointManager.save: 'state' leaf {_show(path)} expects an array or a "
-                            f"Python bool/int/float, got {type(leaf).__name__}") from e
+                            f"Python bool/int/float, got {type(leaf).__name__}")
         if path in seen:
             raise ValueError(f"CheckpointManager.save: two leaves of 'state' share the path {_show(path)}")
         seen.add(path)
         entries.append({"path": list(path), "kind": kind, "shape": list(np.shape(leaf)),
                         "dtype": str(leaf.dtype if kind == "jax" else np.asarray(leaf).dtype)})
-    # One batched transfer for all device arrays; on CPU this is a no-copy view.
-    host = jax.device_get([leaf for _, leaf in flat])
-    for entry, value in zip(entries, host):
-        fully_addressable = getattr(value, "is_fully_addressable", True)
-        # Arrays spread over several hosts have no single host copy to sum; Orbax's own reads
-        # still fail loudly on missing or truncated files for those.
-        entry["crc32"] = _crc32(value) if fully_addressable else None
+    # Arrays spread over several hosts have no single host copy to sum (None: not checked);
+    # Orbax's own reads still fail loudly on missing or truncated files for those.
+    sources = [None if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable else leaf
+               for _, leaf in flat]
+    # One batched transfer for all device arrays; on CPU it is a no-copy view.
+    for entry, value in zip(entries, jax.device_get(sources)):
+        entry["crc32"] = None if value is None else _crc32(value)
     return entries
 
 
@@ -184,15 +178,17 @@ def _target(entry, like_leaf):
 
 def _as_like(value, like_leaf):
     """``value`` converted to the type, dtype and placement of ``like_leaf``."""
+    if isinstance(like_leaf, (np.ndarray, np.generic)):  # before the scalars: np.float64 is a float
+        host = np.asarray(value).astype(like_leaf.dtype, copy=False)
+        return host[()] if isinstance(like_leaf, np.generic) else host
     if isinstance(like_leaf, _SCALARS):
         return type(like_leaf)(np.asarray(value).item())
-    if isinstance(like_leaf, np.generic):
-        return np.asarray(value, like_leaf.dtype)[()]
-    if isinstance(like_leaf, np.ndarray):
-        return np.asarray(value).astype(like_leaf.dtype, copy=False)
-    if not jax.dtypes.issubdtype(like_leaf.dtype, jax.dtypes.prng_key):
-        value = np.asarray(value).astype(like_leaf.dtype, copy=False) if not isinstance(value, jax.Array) \
-            else value.astype(like_leaf.dtype)
+    if isinstance(value, jax.Array):
+        if not jax.dtypes.issubdtype(like_leaf.dtype, jax.dtypes.prng_key):
+            value = value.astype(like_leaf.dtype)
+    else:
+        # A 64-bit value read on the host: cast there, before jax would narrow it with a warning.
+        value = np.asarray(value).astype(like_leaf.dtype, copy=False)
     sharding = like_leaf.sharding
     return jax.device_put(value, sharding) if sharding is not None else jax.numpy.asarray(value)
 
@@ -229,7 +225,7 @@ def _check_structure(step, entries, like_leaves):
                               + "; ".join(problems))
 
 
-def _verify(entries, tree) -> list[tuple[tuple[str, ...], Any]]:
+def _verify(entries, tree) -> dict[tuple[str, ...], Any]:
     """The restored leaves by path, after checking them against the manifest."""
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     got = {_path(keys): leaf for keys, leaf in flat}
@@ -238,11 +234,12 @@ def _verify(entries, tree) -> list[tuple[tuple[str, ...], Any]]:
     for entry in entries:
         path = tuple(entry["path"])
         value = got[path]
-        if tuple(np.shape(value)) != tuple(entry["shape"]):
-            raise _Corrupt(f"leaf {_show(path)} has shape {np.shape(value)}, expected {tuple(entry['shape'])}")
+        if np.shape(value) != tuple(entry["shape"]):
+            raise _Corrupt(f"leaf {_show(path)} has shape {np.shape(value)}, "
+                           f"expected {tuple(entry['shape'])}")
         if entry["crc32"] is not None and _crc32(value) != entry["crc32"]:
             raise _Corrupt(f"checksum mismatch in leaf {_show(path)}")
-    return [(tuple(e["path"]), got[tuple(e["path"])]) for e in entries]
+    return got
 
 
 def _reason(error: Exception) -> str:
@@ -273,7 +270,8 @@ class CheckpointManager:
 
     def __init__(self, directory, every: int = 1, keep: int | None = 3, async_save: bool = True):
         if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(f"CheckpointManager: 'directory' expects a path, got {type(directory).__name__}")
+            raise TypeError(f"CheckpointManager: 'directory' expects a path, "
+                            f"got {type(directory).__name__}")
         for name, value in (("every", every), ("keep", keep)):
             if value is None and name == "keep":
                 continue
@@ -304,27 +302,31 @@ class CheckpointManager:
         step = int(step)
         if not force and step % self.every:
             return False
-        try:
-            json.dumps(meta, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"CheckpointManager.save: 'meta' expects a JSON-serialisable dict, got {meta!r} "
-                            f"({e})") from None
         if meta is not None and not isinstance(meta, dict):
-            raise TypeError(f"CheckpointManager.save: 'meta' expects a dict or None, got {type(meta).__name__}")
-        manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "meta": meta,
-                    "leaves": _describe(state)}
+            raise TypeError("CheckpointManager.save: 'meta' expects a dict or None, "
+                            f"got {type(meta).__name__}")
+        try:
+            json.dumps(meta)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"CheckpointManager.save: 'meta' expects a JSON-serialisable dict ({e})") \
+                from None
         self._drop_abandoned(step)
         if step in self._mgr.all_steps():
             return False
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), manifest=ocp.args.JsonSave(manifest))
+        manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "meta": meta,
+                    "leaves": _describe(state)}
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                  manifest=ocp.args.JsonSave(manifest))
         # Orbax's own policy also refuses steps below its latest; ``every`` is decided above.
         return bool(self._mgr.save(step, args=args, force=True))
 
     def _drop_abandoned(self, step: int) -> None:
         """Deletes damaged checkpoints at or after ``step``: training has moved on without them,
         and left in place they would shadow the new ones as "latest" or block this step."""
-        self.wait()
-        for bad in sorted(s for s in self._bad if s >= step):
+        abandoned = sorted(s for s in self._bad if s >= step)
+        if abandoned:
+            self.wait()
+        for bad in abandoned:
             if bad in self._mgr.all_steps():
                 self._mgr.delete(bad)
             self._bad.discard(bad)
@@ -359,7 +361,8 @@ class CheckpointManager:
             try:
                 return self._restore_step(step, like)
             except _Corrupt as e:
-                raise CheckpointError(f"checkpoint step {step} in {self.directory} is unusable: {e}") from None
+                raise CheckpointError(f"checkpoint step {step} in {self.directory} is unusable: {e}") \
+                    from None
         tried = []
         for candidate in saved:
             try:
@@ -374,26 +377,27 @@ class CheckpointManager:
         raise CheckpointError(f"no usable checkpoint in {self.directory}; tried " + "; ".join(tried))
 
     def _restore_step(self, step: int, like) -> Restored:
+        # Damaged files surface as many exception types (JSON, tensorstore's ValueErrors, missing
+        # files...), so any failure to read counts as damage; the reason goes into the report.
         try:
-            doc = self._mgr.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore()))["manifest"]
-        except Exception as e:  # Orbax and the JSON decoder raise many types for a damaged file
+            doc = self._mgr.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore()))
+        except Exception as e:
             raise _Corrupt(f"manifest unreadable: {_reason(e)}") from None
-        entries, meta = _parse_manifest(doc)
-        if like is None:
-            target, treedef = None, None
-        else:
+        entries, meta = _parse_manifest(doc["manifest"])
+        target = None
+        if like is not None:
             like_leaves, treedef = _like_leaves(like)
             _check_structure(step, entries, like_leaves)
             by_path = {tuple(e["path"]): e for e in entries}
-            target = jax.tree_util.tree_unflatten(treedef, [_target(by_path[p], leaf) for p, leaf in like_leaves])
+            target = treedef.unflatten([_target(by_path[p], leaf) for p, leaf in like_leaves])
         try:
-            tree = self._mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
-        except Exception as e:  # tensorstore reports missing, truncated and garbled files as ValueError and others
+            tree = self._mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+        except Exception as e:
             raise _Corrupt(f"arrays unreadable: {_reason(e)}") from None
-        values = dict(_verify(entries, tree))
-        if like is not None:
-            tree = jax.tree_util.tree_unflatten(treedef, [_as_like(values[p], leaf) for p, leaf in like_leaves])
-        return Restored(step, tree, meta)
+        values = _verify(entries, tree["state"])
+        if like is None:
+            return Restored(step, tree["state"], meta)
+        return Restored(step, treedef.unflatten([_as_like(values[p], leaf) for p, leaf in like_leaves]), meta)
 
     def latest_step(self) -> int | None:
         """The newest saved step (not checked for damage), or None.

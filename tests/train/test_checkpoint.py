@@ -1,0 +1,295 @@
+"""Checkpoints: bit-exact round trips, every/keep, async writes, and recovery from damage."""
+import glob
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from paddlejax.train.checkpoint import CheckpointError, CheckpointManager, CorruptCheckpointWarning
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# After a failed read of a damaged checkpoint, Orbax closes its event loop while tensorstore
+# still completes the other reads; their callbacks then report "Event loop is closed" as
+# unraisable exceptions, sometimes during a later test. Harmless, and not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def mixed_state(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "params": {"w": jnp.asarray(rng.standard_normal((3, 4)), jnp.float32),
+                   "b": jnp.asarray(rng.standard_normal(4), jnp.bfloat16)},
+        "rng": jax.random.PRNGKey(seed),                      # uint32 key data
+        "typed_key": jax.random.key(seed),                    # a typed PRNG key array
+        "host": (rng.integers(-2**40, 2**40, 5), rng.integers(0, 255, (2, 2), dtype=np.uint8),
+                 np.array([True, False])),
+        "half": np.float16(rng.standard_normal()),
+        "step": 7 + seed,
+        "lr": 0.25,
+    }
+
+
+def host_bytes(x):
+    if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x).tobytes()
+
+
+def assert_same_tree(got, want):
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert type(g) is type(w)
+        assert getattr(g, "dtype", None) == getattr(w, "dtype", None)
+        assert np.shape(g) == np.shape(w)
+        assert host_bytes(g) == host_bytes(w)
+
+
+def test_round_trip_with_like_is_bit_exact_for_mixed_dtypes(tmp_path):
+    state = mixed_state()
+    with CheckpointManager(tmp_path, every=1) as mgr:
+        assert mgr.save(3, state, meta={"loader": {"epoch": 1, "position": 96}, "config": {"lr": 0.25}})
+        restored = mgr.restore(like=mixed_state(seed=1))
+    assert restored.step == 3
+    assert restored.meta == {"loader": {"epoch": 1, "position": 96}, "config": {"lr": 0.25}}
+    assert_same_tree(restored.state, state)
+
+
+def test_restore_without_like_gives_the_raw_tree(tmp_path):
+    state = mixed_state()
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, state)
+        raw = mgr.restore().state
+    assert isinstance(raw["host"], list)  # Orbax stores tuples as sequences
+    assert host_bytes(raw["host"][0]) == host_bytes(state["host"][0])  # int64 kept, even without x64
+    assert raw["step"] == 7 and raw["lr"] == 0.25
+    for key in ("rng", "typed_key"):
+        assert host_bytes(raw[key]) == host_bytes(state[key])
+    np.testing.assert_array_equal(np.asarray(raw["params"]["b"]), np.asarray(state["params"]["b"]))
+
+
+def test_like_gives_types_dtypes_and_containers(tmp_path):
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, {"model": nnx.state(model), "pair": (np.arange(3.0), 5)})
+        abstract = nnx.eval_shape(lambda: nnx.Linear(2, 3, rngs=nnx.Rngs(9)))
+        like = {"model": nnx.state(abstract),
+                "pair": (jax.ShapeDtypeStruct((3,), jnp.bfloat16), 0)}
+        state = mgr.restore(like).state
+    assert isinstance(state["model"], nnx.State)
+    np.testing.assert_array_equal(state["model"]["kernel"][...], model.kernel[...])
+    assert isinstance(state["pair"], tuple)
+    assert isinstance(state["pair"][0], jax.Array) and state["pair"][0].dtype == jnp.bfloat16
+    assert state["pair"][0].tolist() == [0.0, 1.0, 2.0] and state["pair"][1] == 5
+
+
+def test_every_and_keep(tmp_path):
+    with CheckpointManager(tmp_path, every=3, keep=2) as mgr:
+        saved = [mgr.save(s, {"x": np.full(2, s)}) for s in range(11)]
+        assert saved == [s % 3 == 0 for s in range(11)]
+        assert mgr.save(10, {"x": np.full(2, 10)}, force=True)
+        assert not mgr.save(10, {"x": np.zeros(2)}, force=True)  # never overwritten
+        mgr.wait()
+        assert mgr.all_steps() == [9, 10] and mgr.latest_step() == 10
+        assert mgr.restore().state["x"].tolist() == [10, 10]
+        assert mgr.restore(step=9).state["x"].tolist() == [9, 9]
+
+
+def test_async_save_snapshots_the_state_and_is_durable_after_wait(tmp_path):
+    big = np.zeros(1 << 18, np.float32)
+    with CheckpointManager(tmp_path, async_save=True) as mgr:
+        assert mgr.save(1, {"x": big})
+        big[:] = 1.0  # the caller may reuse its buffers as soon as save returns
+        mgr.wait()
+        assert {"manifest", "state"} <= set(os.listdir(tmp_path / "1"))
+        assert not glob.glob(str(tmp_path / "*tmp*"))
+        assert mgr.restore().state["x"].sum() == 0.0
+
+
+def test_sync_save_is_on_disk_when_it_returns(tmp_path):
+    with CheckpointManager(tmp_path, async_save=False) as mgr:
+        mgr.save(2, {"x": np.ones(3)})
+        assert (tmp_path / "2" / "state").is_dir()
+
+
+def test_restore_on_an_empty_directory_gives_none(tmp_path):
+    with CheckpointManager(tmp_path / "new") as mgr:
+        assert mgr.restore() is None and mgr.latest_step() is None and mgr.all_steps() == []
+
+
+# Damage is done to Orbax's files the way a full disk, a crash or bit rot would.
+def largest_data_file(step_dir):
+    return max(glob.glob(f"{step_dir}/state/**/d/*", recursive=True), key=os.path.getsize)
+
+
+def flip_a_byte(step_dir):
+    path = largest_data_file(step_dir)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def truncate(step_dir):
+    path = largest_data_file(step_dir)
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def delete(step_dir):
+    os.remove(largest_data_file(step_dir))
+
+
+def garble(step_dir):
+    path = largest_data_file(step_dir)
+    pathlib.Path(path).write_bytes(np.random.default_rng(0).bytes(os.path.getsize(path)))
+
+
+def garble_manifest(step_dir):
+    (step_dir / "manifest" / "metadata").write_text("{not json")
+
+
+def garble_tree_metadata(step_dir):
+    (step_dir / "state" / "_METADATA").write_text("\x00\x01")
+
+
+def random_state(step):
+    # Incompressible values, so that a flipped byte lands in stored data, not in zstd framing.
+    return {"w": np.random.default_rng(step).standard_normal(4096).astype(np.float32), "step": step}
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (flip_a_byte, "checksum mismatch in leaf w"),  # Orbax itself reads this back without error
+    (truncate, "arrays unreadable"),
+    (delete, "arrays unreadable"),
+    (garble, "arrays unreadable"),
+    (garble_manifest, "manifest unreadable"),
+    (garble_tree_metadata, "arrays unreadable"),
+])
+def test_damaged_latest_warns_and_falls_back(tmp_path, damage, reason):
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1))
+        mgr.save(2, random_state(2))
+        mgr.wait()
+        damage(tmp_path / "2")
+        with pytest.warns(CorruptCheckpointWarning, match=f"step 2 .*{reason}"):
+            restored = mgr.restore(like=random_state(0))
+    assert restored.step == 1
+    np.testing.assert_array_equal(restored.state["w"], random_state(1)["w"])
+
+
+def test_all_damaged_raises_listing_what_was_tried(tmp_path):
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1))
+        mgr.save(2, random_state(2))
+        mgr.wait()
+        flip_a_byte(tmp_path / "1")
+        truncate(tmp_path / "2")
+        with pytest.warns(CorruptCheckpointWarning), \
+                pytest.raises(CheckpointError, match=r"tried step 2: arrays unreadable.*; step 1: checksum"):
+            mgr.restore()
+        with pytest.raises(CheckpointError, match="step 1 .* is unusable: checksum mismatch"):
+            mgr.restore(step=1)
+
+
+def test_saving_again_replaces_a_damaged_step(tmp_path):
+    with CheckpointManager(tmp_path, keep=3) as mgr:
+        mgr.save(1, random_state(1))
+        mgr.save(2, random_state(2))
+        mgr.wait()
+        flip_a_byte(tmp_path / "2")
+        with pytest.warns(CorruptCheckpointWarning):
+            assert mgr.restore().step == 1
+        assert mgr.save(2, random_state(22))  # training resumed from step 1 reaches step 2 again
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            restored = mgr.restore()
+    assert restored.step == 2 and restored.state["step"] == 22
+
+
+@pytest.mark.parametrize("like, message", [
+    ({"w": np.zeros(4096, np.float32)}, "in the checkpoint but not in like: step"),
+    ({"w": np.zeros(4096, np.float32), "step": 0, "extra": np.zeros(1)},
+     "in like but not in the checkpoint: extra"),
+    ({"w": np.zeros((64, 64), np.float32), "step": 0}, r"shape of w: checkpoint \(4096,\), like \(64, 64\)"),
+    ({"w": {"kernel": np.zeros(4096)}, "step": 0}, "in like but not in the checkpoint: w/kernel"),
+])
+def test_like_with_another_structure_is_a_clear_error(tmp_path, like, message):
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1))
+        with pytest.raises(CheckpointError, match=f"structure of checkpoint step 1: .*{message}"):
+            mgr.restore(like=like)
+
+
+KILLED_WRITER = """
+import sys
+import numpy as np
+from paddlejax.train.checkpoint import CheckpointManager
+
+mgr = CheckpointManager(sys.argv[1], every=1, keep=2)
+for step in range(1, 10_000):
+    print(step, flush=True)
+    mgr.save(step, {"a": np.full(1 << 20, step, np.float32), "b": np.full((256, 1024), -step, np.int32)},
+             meta={"step": step})
+"""
+
+
+def test_a_writer_killed_mid_save_leaves_a_restorable_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        for line in child.stdout:
+            if int(line) == 4:  # three 5 MB saves under way or done, the fourth starting
+                break
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+    def expected(step):
+        return {"a": np.full(1 << 20, step, np.float32), "b": np.full((256, 1024), -step, np.int32)}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CorruptCheckpointWarning)
+        with CheckpointManager(tmp_path, every=1, keep=2) as mgr:
+            restored = mgr.restore(like=expected(0))
+            assert restored is not None and restored.meta == {"step": restored.step}
+            assert_same_tree(restored.state, expected(restored.step))
+            for step in range(restored.step + 1, 6):  # the run goes on over the interrupted steps
+                assert mgr.save(step, expected(step), meta={"step": step})
+            assert mgr.restore().step == 5
+
+
+def test_bad_arguments_are_named(tmp_path):
+    with pytest.raises(ValueError, match="'every' expects a positive int, got 0"):
+        CheckpointManager(tmp_path, every=0)
+    with CheckpointManager(tmp_path) as mgr:
+        with pytest.raises(TypeError, match="'meta' expects a JSON-serialisable dict"):
+            mgr.save(1, {"x": np.ones(2)}, meta={"when": object()})
+        with pytest.raises(TypeError, match="leaf name expects an array or a Python bool/int/float, got str"):
+            mgr.save(1, {"x": np.ones(2), "name": "run-1"})
+        with pytest.raises(ValueError, match="'step' expects a non-negative int, got -1"):
+            mgr.save(-1, {"x": np.ones(2)})
+        with pytest.raises(CheckpointError, match=r"no checkpoint of step 4 .*saved steps: \[\]"):
+            mgr.restore(step=4)
+
+
+def test_orbax_info_logging_is_silenced_but_warnings_pass(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, {"x": np.ones(2)})
+        mgr.restore()
+    assert not [r for r in caplog.records if "orbax" in r.pathname]
+    orbax_file = os.path.join(os.sep, "site-packages", "orbax", "checkpoint", "x.py")
+    warning = logging.LogRecord("absl", logging.WARNING, orbax_file, 1, "a warning", None, None)
+    assert logging.getLogger("absl").filter(warning)
