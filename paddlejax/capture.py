@@ -21,7 +21,7 @@ import numpy as np
 
 from paddlejax import adapter
 from paddlejax.ir import attrs as attrs_lib
-from paddlejax.ir.core import Block, Op, Program, TensorType
+from paddlejax.ir.core import Block, Op, Program, TensorType, Value, program_of
 from paddlejax.ops import registry
 
 
@@ -167,6 +167,78 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
                                 in_treedef, out_tree[0], name or default_name)
 
 
+def insert_jaxpr(rewriter, anchor: Op, jaxpr, consts, operands: list[Value]) -> list[Value]:
+    """Insert the ops of ``jaxpr`` before ``anchor``; returns the values of its outputs.
+
+    ``operands`` (values defined before ``anchor``) feed the jaxpr's inputs in order;
+    ``jaxpr, consts`` come from :func:`paddlejax.adapter.make_jaxpr`. Array constants join the
+    program's constants under fresh names. This is how new computation (gradients, for one)
+    is spliced into an existing program.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> from paddlejax import adapter
+    >>> from paddlejax.ir import Rewriter
+    >>> prog = pj.trace(lambda x: x + 1.0, jnp.ones(3))
+    >>> jaxpr, consts = adapter.make_jaxpr(jnp.sin, jnp.ones(3))
+    >>> ret = prog.body.terminator
+    >>> (y,) = insert_jaxpr(Rewriter(prog), ret, jaxpr, consts, [prog.outputs[0]])
+    >>> [op.type for op in prog.walk()]
+    ['constant', 'lax.add', 'lax.sin', 'return']
+    """
+    if len(operands) != len(jaxpr.invars):
+        raise ValueError(f"insert_jaxpr: the jaxpr takes {len(jaxpr.invars)} inputs, got "
+                         f"{len(operands)} operands")
+    program = rewriter.program
+    # Ops are built in a scratch block over placeholders, then moved and rewired, so that a
+    # failed conversion leaves the program untouched.
+    scratch = Block([v.type for v in operands])
+    converter = _Converter(dict(program.constants))
+    env = dict(zip(jaxpr.invars, scratch.args))
+    converter._bind_consts(scratch, env, jaxpr.constvars, consts)
+    converter._convert(jaxpr, scratch, env)
+    outs = [converter._read(scratch, env, v) for v in jaxpr.outvars]
+    program.constants.update(converter.constants)
+    for op in scratch.ops:
+        rewriter.insert_before(anchor, op)
+    for placeholder, value in zip(scratch.args, operands):
+        rewriter.replace_all_uses_with(placeholder, value)
+    real = dict(zip(scratch.args, operands))
+    return [real.get(v, v) for v in outs]
+
+
+def emit(fn, *values):
+    """Append to a program the ops computing ``fn(*values)``; returns the new values.
+
+    ``values`` (any pytree of :class:`~paddlejax.ir.Value`) belong to the main block of one
+    program; ``fn`` is any JAX function of arrays of their types. Its ops go before the
+    program's ``return`` and its results come back as values, structured like ``fn``'s
+    output, e.g. to keep building after :func:`paddlejax.autodiff.gradients`.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: x * 2.0, jnp.ones(3))
+    >>> total = emit(jnp.sum, prog.outputs[0])
+    >>> prog.set_outputs(total)
+    >>> float(prog(jnp.arange(3.0)))
+    6.0
+    """
+    from paddlejax.ir.rewriter import Rewriter
+    from paddlejax.ir.verifier import Shapes
+
+    leaves, in_tree = jax.tree_util.tree_flatten(values)
+    program = program_of(leaves, "emit")
+    shapes = Shapes(program)
+    out_tree = []
+
+    def flat_fn(*arrays):
+        flat, tree = jax.tree_util.tree_flatten(fn(*jax.tree_util.tree_unflatten(in_tree, arrays)))
+        out_tree.append(tree)
+        return flat
+
+    jaxpr, consts = adapter.make_jaxpr(flat_fn, *[shapes.struct(v.type) for v in leaves])
+    outs = insert_jaxpr(Rewriter(program), program.body.terminator, jaxpr, consts, leaves)
+    return jax.tree_util.tree_unflatten(out_tree[0], outs)
+
+
 def _input_name(path, arg_names, x) -> str:
     if isinstance(x, InputSpec) and x.name:
         return x.name
@@ -187,8 +259,8 @@ _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_c
 class _Converter:
     """Walks a jaxpr and builds the equivalent blocks of ops."""
 
-    def __init__(self):
-        self.constants: dict[str, Any] = {}
+    def __init__(self, constants: dict[str, Any] | None = None):
+        self.constants: dict[str, Any] = {} if constants is None else constants
 
     def program(self, jaxpr, consts, param_names, params, input_names, in_tree, out_tree, name):
         n_params = len(param_names)
@@ -215,7 +287,10 @@ class _Converter:
         if value.ndim == 0 and value.dtype != np.dtype("O"):
             attrs = {"value": value.item()}
         else:
-            cname = f"const{len(self.constants)}"
+            i = len(self.constants)
+            while f"const{i}" in self.constants:  # the program may already hold constants
+                i += 1
+            cname = f"const{i}"
             self.constants[cname] = value
             attrs = {"name": cname}
         return block.append(Op("constant", [], [ttype], attrs)).result
@@ -274,6 +349,9 @@ class _Converter:
         if opdef is not None:
             return Op(opdef.name, operands, result_types, attrs_lib.from_jax(dict(params)), loc=loc)
         name = eqn.primitive.name
+        if name == "empty2":  # differentiating cond/scan makes these placeholders; they lower to zero
+            zero = np.zeros((), jax.numpy.dtype(result_types[0].dtype)).item()
+            return Op("constant", [], result_types, {"value": zero}, loc=loc)
         if name == "cond":
             blocks = [self._sub_block(b, f"branch{i}") for i, b in enumerate(params["branches"])]
             return Op("cond", operands, result_types, {}, blocks, loc)

@@ -64,10 +64,29 @@ def run_program(program: Program, params: dict, inputs: tuple):
 
 def run_block(block: Block, args, ctx) -> list:
     env = dict(zip(block.args, args))
-    for op in block.ops[:-1]:
-        outs = lower_op(op, [env[v] for v in op.operands], ctx)
-        env.update(zip(op.results, outs))
+    _run_ops(block.ops[:-1], env, ctx)
     return [env[v] for v in block.results]
+
+
+def run_ops(program: Program, ops, env: dict, dims: dict | None = None) -> dict:
+    """Evaluate ``ops`` of ``program`` in order; ``env`` maps values to arrays and gains the results.
+
+    This runs any stretch of a block, e.g. only the ops between some values and others;
+    ``dims`` gives sizes (or ``jax.export`` symbolic dimensions) to symbolic names.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: x * 2.0 + 1.0, jnp.ones(3))
+    >>> env = run_ops(prog, prog.body.ops[:-1], {prog.inputs[0]: jnp.arange(3.0)})
+    >>> env[prog.outputs[0]].tolist()
+    [1.0, 3.0, 5.0]
+    """
+    return _run_ops(ops, env, Context(program.params, program.constants, dims or {}))
+
+
+def _run_ops(ops, env: dict, ctx) -> dict:
+    for op in ops:
+        env.update(zip(op.results, lower_op(op, [env[v] for v in op.operands], ctx)))
+    return env
 
 
 def lower_op(op: Op, args: list, ctx) -> list:

@@ -115,6 +115,8 @@ def from_jax(value):
     """Turn jax's symbolic dimensions inside a primitive parameter into :class:`SymDim`."""
     if jax.export.is_symbolic_dim(value):
         return SymDim(str(value))
+    if isinstance(value, (np.integer, np.bool_)):  # some transpose rules pass numpy ints
+        return value.item()
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*[from_jax(v) for v in value])
     if isinstance(value, tuple):

@@ -220,6 +220,32 @@ class Program:
     def outputs(self) -> list[Value]:
         return self.body.results
 
+    def set_outputs(self, outputs) -> None:
+        """Make ``outputs`` (a pytree of values of the main block) what the program returns.
+
+        Use it to fetch values added to a program, e.g. by :func:`paddlejax.autodiff.gradients`.
+
+        >>> import jax.numpy as jnp, paddlejax as pj
+        >>> prog = pj.trace(lambda x: jnp.sin(x) * 2.0, jnp.zeros(2))
+        >>> sin = prog.body.ops[0].result
+        >>> prog.set_outputs({"sin": sin, "out": prog.outputs[0]})
+        >>> prog(jnp.zeros(2))["out"].tolist()
+        [0.0, 0.0]
+        """
+        from paddlejax.ir.rewriter import Rewriter
+
+        leaves, tree = jax.tree_util.tree_flatten(outputs)
+        for i, v in enumerate(leaves):
+            owner = program_of([v], "set_outputs", [f"output {i}"])
+            if owner is not self:
+                raise ValueError(f"set_outputs: output {i} belongs to a different program ('{owner.name}') "
+                                 f"than the one whose outputs are set ('{self.name}')")
+        rewriter = Rewriter(self)
+        old = self.body.terminator
+        rewriter.insert_before(old, Op("return", leaves, []))
+        rewriter.erase_op(old)
+        self.out_tree = tree
+
     def param_ops(self) -> list[Op]:
         return [op for op in self.body.ops if op.type == "param"]
 
@@ -279,6 +305,38 @@ class Program:
     def __repr__(self) -> str:
         n_ops = sum(1 for _ in self.walk())
         return f"<Program {self.name}: {n_ops} ops, {len(self.used_params())} params>"
+
+
+def program_of(values, caller: str, labels=None) -> Program:
+    """The one program whose main block defines all ``values``; a clear error otherwise.
+
+    ``caller`` names the function in errors and ``labels`` the values (``"inputs[1]"``).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: x + 1.0, jnp.ones(3))
+    >>> program_of(prog.outputs, "example") is prog
+    True
+    """
+    labels = labels or [f"value {i}" for i in range(len(values))]
+    found = first = None
+    for v, label in zip(values, labels):
+        if not isinstance(v, Value):
+            raise TypeError(f"{caller}: {label} must be a Value of a program, got {type(v).__name__}")
+        block = v.owner if isinstance(v.owner, Block) else v.owner.parent
+        if block is None:
+            raise ValueError(f"{caller}: {label} ({v.type}) comes from an op that was erased")
+        if not isinstance(block.parent, Program):
+            where = f"a '{block.parent.type}' op" if isinstance(block.parent, Op) else "no program"
+            raise ValueError(f"{caller}: {label} ({v.type}) lives in block '{block.name}' of {where}; "
+                             "only values of a program's main block qualify")
+        if found is None:
+            found, first = block.parent, label
+        elif block.parent is not found:
+            raise ValueError(f"{caller}: {label} belongs to a different program ('{block.parent.name}') "
+                             f"than {first} ('{found.name}'); all values must come from one program")
+    if found is None:
+        raise ValueError(f"{caller}: no values given")
+    return found
 
 
 def clone_block(block: Block, mapping: dict[Value, Value]) -> Block:
