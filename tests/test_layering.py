@@ -6,7 +6,9 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL = ["paddlejax/ops", "paddlejax/ir", "paddlejax/capture.py", "paddlejax/lowering.py",
-          "paddlejax/io.py", "paddlejax/stablehlo.py", "paddlejax/adapter.py", "paddlejax/analysis.py"]
+          "paddlejax/io.py", "paddlejax/stablehlo.py", "paddlejax/adapter.py", "paddlejax/analysis.py",
+          "paddlejax/nancheck.py", "paddlejax/autodiff.py"]
+RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/static.py"]
 
 
 def imports(path: pathlib.Path) -> set[str]:
@@ -35,6 +37,13 @@ def test_kernel_does_not_import_upper_layers():
     upper = ("paddlejax.passes", "paddlejax.models", "paddlejax.slim", "paddlejax.hub", "paddlejax.cli")
     bad = {str(f.relative_to(ROOT)): sorted(n for n in imports(f) if n.startswith(upper))
            for f in files(*KERNEL)}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_runtime_does_not_import_models_slim_hub_or_the_cli():
+    upper = ("paddlejax.models", "paddlejax.slim", "paddlejax.hub", "paddlejax.cli")
+    bad = {str(f.relative_to(ROOT)): sorted(n for n in imports(f) if n.startswith(upper))
+           for f in files(*RUNTIME)}
     assert {k: v for k, v in bad.items() if v} == {}
 
 
