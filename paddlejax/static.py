@@ -18,6 +18,8 @@ step can carry the state forward. The model itself is not modified.
 """
 from __future__ import annotations
 
+import inspect
+
 import jax
 
 from paddlejax.capture import trace
@@ -73,6 +75,15 @@ def _is_array(x) -> bool:
     return dtype is not None and not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
+def _with_values_first(call) -> inspect.Signature:
+    try:
+        params = list(inspect.signature(call).parameters.values())
+    except (TypeError, ValueError):
+        params = [inspect.Parameter("x", inspect.Parameter.VAR_POSITIONAL)]
+    values = inspect.Parameter("values", inspect.Parameter.POSITIONAL_ONLY)
+    return inspect.Signature([values, *params])
+
+
 def set_mode(model, train: bool) -> None:
     """``model.train()`` or ``model.eval()`` (Paddle layers and plain NNX modules alike)."""
     model.train() if train else model.eval()
@@ -95,4 +106,5 @@ def to_static(model, *input_spec, train: bool = False, name: str | None = None) 
         new = state.read(copy)
         return out, {n: v for n, v in new.items() if v is not values[n]}
 
+    forward.__signature__ = _with_values_first(model.__call__)  # inputs keep the model's argument names
     return trace(forward, *input_spec, params=state.values, name=name or type(model).__name__)

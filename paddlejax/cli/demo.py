@@ -1,4 +1,4 @@
-"""Tour paddlejax: trace a small CNN, print its IR, optimise, save, load, run, export."""
+"""Tour paddlejax: train a CNN on sklearn's digits, save program + checkpoint, plot, reload, export."""
 from __future__ import annotations
 
 import time
@@ -9,85 +9,62 @@ import numpy as np
 
 def add_arguments(p) -> None:
     p.add_argument("--out", default="paddlejax-demo", help="folder for the saved files (default ./paddlejax-demo)")
-    p.add_argument("--batch", type=int, default=8, help="batch size to run (default 8)")
-
-
-def small_cnn():
-    """A Paddle-style CNN on the op library: conv-bn-relu ×2, pooling, a linear head."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from paddlejax import ops
-
-    class ConvBN(nnx.Module):
-        def __init__(self, cin, cout, key):
-            fan_in = cin * 9
-            self.weight = nnx.Param(jax.random.normal(key, (cout, cin, 3, 3)) * np.sqrt(2 / fan_in))
-            self.scale = nnx.Param(jnp.ones(cout))
-            self.shift = nnx.Param(jnp.zeros(cout))
-            self.mean = nnx.BatchStat(jax.random.normal(jax.random.fold_in(key, 1), (cout,)) * 0.1)
-            self.var = nnx.BatchStat(jnp.ones(cout) * 1.5)
-
-        def __call__(self, x):
-            y = ops.conv2d(x, self.weight[...], padding=1)
-            y, _, _ = ops.batch_norm(y, self.mean[...], self.var[...], self.scale[...], self.shift[...])
-            return ops.relu(y)
-
-    class SmallCNN(nnx.Module):
-        def __init__(self, key=jax.random.PRNGKey(0), classes=10):
-            k1, k2, k3 = jax.random.split(key, 3)
-            self.block1 = ConvBN(1, 8, k1)
-            self.block2 = ConvBN(8, 16, k2)
-            self.head_w = nnx.Param(jax.random.normal(k3, (16, classes)) * 0.25)
-            self.head_b = nnx.Param(jnp.zeros(classes))
-
-        def __call__(self, image):
-            x = ops.pool2d(self.block1(image), pooling_type="max", kernel_size=2)
-            x = ops.pool2d(self.block2(x), pooling_type="avg", kernel_size=1, global_pooling=True)
-            x = ops.reshape(x, shape=(0, -1))
-            return ops.softmax(ops.linear(x, self.head_w[...], self.head_b[...]))
-
-    return SmallCNN()
+    p.add_argument("--epochs", type=int, default=12, help="training epochs (default 12)")
+    p.add_argument("--amp", choices=("bf16", "fp16"), default=None, help="mixed precision (default off)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def main(args) -> int:
     import jax
+    import optax
 
     import paddlejax as pj
+    from paddlejax.models.digits import DigitsCNN
 
     out = Path(args.out)
-    model = small_cnn()
-    print("1. Trace a small CNN with a symbolic batch size")
-    t = time.perf_counter()
-    prog = pj.trace(model, pj.InputSpec((None, 1, 28, 28), name="image"))
-    print(f"   traced in {time.perf_counter() - t:.2f} s\n")
-    print(prog)
+    tic = time.perf_counter()
+    train, test = pj.data.Digits("train"), pj.data.Digits("test")
+    print(f"1. sklearn digits: {len(train)} train / {len(test)} test images, 8x8, 10 classes")
 
-    print("\n2. Run a pass pipeline")
-    pm = pj.passes.PassManager("eliminate_identity,fold_constants,cse,dce")
-    opt = pm.run(prog)
-    print(pm.report())
+    pj.nn.seed(0)
+    model = DigitsCNN()
+    steps = args.epochs * -(-len(train) // 64)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 3e-3, min(50, steps // 10), steps)
+    trainer = pj.Trainer(model, optax.inject_hyperparams(optax.adamw)(learning_rate=schedule, weight_decay=1e-4),
+                         metrics=["accuracy"], amp=args.amp, ema=0.99, progress=not args.no_progress,
+                         log_dir=str(out / "logs"), checkpoint_dir=str(out / "checkpoints"), checkpoint_every=100,
+                         keep_checkpoints=2, resume=False)
+    print(f"\n2. Train DigitsCNN ({sum(np.size(v) for v in trainer.model_state.values.values()):,} values) "
+          f"for {args.epochs} epochs{' with ' + args.amp + ' AMP' if args.amp else ''}")
+    trainer.fit(pj.data.DataLoader(train, batch_size=64, shuffle=True, seed=0),
+                eval=pj.data.DataLoader(test, batch_size=360), epochs=args.epochs)
+    acc = trainer.history.last("eval", "acc")
+    print(f"   held-out accuracy {acc:.2%} after {trainer.step} steps; "
+          f"checkpoints at steps {trainer.checkpoints.all_steps()} in {out / 'checkpoints'}")
 
-    print(f"\n3. Save to {out}/ and load back")
-    pj.save(opt, out / "small_cnn")
-    loaded = pj.load(out / "small_cnn")
-    for f in sorted(out.iterdir()):
-        print(f"   {f.name:28s} {f.stat().st_size:>9,} bytes")
-    print(f"   printed IR identical after the round trip: {str(loaded) == str(opt)}")
+    curves = trainer.plot(str(out / "curves.png"))
+    print(f"   training curves: {curves}; TensorBoard logs: {out / 'logs'}")
 
-    print(f"\n4. Run on a batch of {args.batch} and compare with the original module")
-    x = np.random.default_rng(0).standard_normal((args.batch, 1, 28, 28)).astype(np.float32)
-    ref = np.asarray(model(x))
-    got = np.asarray(loaded(x))
-    diff = float(np.max(np.abs(ref - got)))
-    print(f"   max |loaded - original| = {diff:.2e}")
+    print("\n3. The model as a static program (eval mode, EMA weights), saved and loaded back")
+    prog = trainer.inference_program()
+    print("   " + "\n   ".join(str(prog).splitlines()[:12]) + "\n   ...")
+    pj.save(prog, out / "digits_cnn")
+    loaded = pj.load(out / "digits_cnn")
+    x, y = test.images, test.labels
+    logits = np.asarray(loaded(x))
+    loaded_acc = float(np.mean(logits.argmax(1) == y))
+    same = np.allclose(logits, trainer.predict(x), atol=1e-4)
+    print(f"   {out / 'digits_cnn'}.json/.safetensors: accuracy {loaded_acc:.2%}, "
+          f"{'same outputs as the trainer' if same else 'OUTPUTS DIFFER from the trainer'}")
 
-    print("\n5. Export for deployment (jax.export, symbolic batch)")
-    exp = pj.export(loaded, out / "small_cnn.stablehlo")
-    again = np.asarray(exp.call(x[:3]))
-    print(f"   {out / 'small_cnn.stablehlo'}: runs on batch 3, max diff {np.max(np.abs(again - ref[:3])):.2e}")
+    print("\n4. Export for deployment (jax.export, symbolic batch)")
+    exp = pj.export(loaded, out / "digits_cnn.stablehlo")
+    again = np.asarray(exp.call(x[:5]))
+    exported_ok = np.allclose(again, logits[:5], atol=1e-4)
+    print(f"   {out / 'digits_cnn.stablehlo'}: runs on batch 5, max diff {np.max(np.abs(again - logits[:5])):.2e}")
 
-    ok = diff <= 1e-5 and np.allclose(again, ref[:3], atol=1e-5)
-    print(f"\n{'outputs match' if ok else 'OUTPUTS DIFFER'} (jax {jax.__version__}, {jax.devices()[0].platform})")
+    ok = same and exported_ok and loaded_acc == acc
+    elapsed = time.perf_counter() - tic
+    print(f"\n{'outputs match' if ok else 'OUTPUTS DIFFER'}; accuracy {acc:.2%}; {elapsed:.0f} s "
+          f"(jax {jax.__version__}, {jax.devices()[0].platform})")
     return 0 if ok else 1

@@ -72,9 +72,14 @@ def test_bad_file_gives_a_one_line_error(saved, capsys):
     assert err.startswith("paddlejax inspect: error: format_version 42 is newer")
 
 
-def test_demo_runs_end_to_end(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--batch", "2"]) == 0
+def test_demo_trains_saves_plots_and_exports(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--epochs", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "program @SmallCNN(%image: f32[b,1,28,28])" in out
+    assert "1,437 train / 360 test" not in out and "1437 train / 360 test" in out
+    assert "program @DigitsCNN(%x: f32[b,1,8,8])" in out
     assert "outputs match" in out
-    assert (tmp_path / "small_cnn.json").exists() and (tmp_path / "small_cnn.stablehlo").exists()
+    for name in ("digits_cnn.json", "digits_cnn.safetensors", "digits_cnn.stablehlo", "curves.png"):
+        assert (tmp_path / name).exists(), name
+    assert any((tmp_path / "checkpoints").iterdir()) and any((tmp_path / "logs").iterdir())
+
+
