@@ -104,7 +104,7 @@ class BasicBlock(nn.Layer):
         self.conv2 = nn.Conv2D(cout, cout, 3, 1, 1, bias_attr=False, data_format=fmt)
         self.bn2 = nn.BatchNorm2D(cout, data_format=fmt)
         self.relu = nn.ReLU()
-        self.short = None
+        self.short = nn.Identity()
         if stride != 1 or cin != cout:
             self.short = nn.Sequential(nn.Conv2D(cin, cout, 1, stride, bias_attr=False, data_format=fmt),
                                        nn.BatchNorm2D(cout, data_format=fmt))
@@ -112,7 +112,7 @@ class BasicBlock(nn.Layer):
     def __call__(self, x):
         y = self.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
-        return self.relu(y + (x if self.short is None else self.short(x)))
+        return self.relu(y + self.short(x))
 
 
 class ResNet18(nn.Layer):
@@ -139,7 +139,7 @@ class FlaxBlock(nnx.Module):
         conv = lambda i, o, k, s: nnx.Conv(i, o, (k, k), (s, s), padding=k // 2, use_bias=False, rngs=rngs)  # noqa
         self.conv1, self.bn1 = conv(cin, cout, 3, stride), nnx.BatchNorm(cout, rngs=rngs)
         self.conv2, self.bn2 = conv(cout, cout, 3, 1), nnx.BatchNorm(cout, rngs=rngs)
-        self.short = None
+        self.short = nnx.data(None)
         if stride != 1 or cin != cout:
             self.short = nnx.Sequential(conv(cin, cout, 1, stride), nnx.BatchNorm(cout, rngs=rngs))
 

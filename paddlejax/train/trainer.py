@@ -118,7 +118,7 @@ class Trainer:
         self.train_program: Program | None = None
         self.eval_program: Program | None = None
         self.state: dict | None = None
-        self._sums_shape = None
+        self._zeros = None
         self.epoch = 0
 
     # -- construction ------------------------------------------------------------------------
@@ -215,12 +215,13 @@ class Trainer:
         return jax.tree.map(jnp.add, sums, batch)
 
     def _zero_sums(self, inputs, labels) -> dict:
-        """Zeros shaped like one batch's sums (one compiled step serves the first batch and the rest)."""
-        if self._sums_shape is None:
-            self._sums_shape = jax.eval_shape(
+        """Zeros shaped like one batch's sums, made once (steps do not donate them, so they are reused)."""
+        if self._zeros is None:
+            shapes = jax.eval_shape(
                 lambda s, i, y: self._batch_sums(self.eval_program.apply(self._weights(s), *i), y, jnp.float32(0)),
                 self.state, inputs, labels)
-        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self._sums_shape)
+            self._zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+        return self._zeros
 
     # -- public API ------------------------------------------------------------------------------
     def train_batch(self, inputs: Sequence, labels) -> float:
