@@ -23,3 +23,15 @@ def test_overhead_quick():
     assert re.search(r"pj\.trace of a \d+-layer MLP", out), out
     verdicts = re.findall(r"^(PASS|FAIL)  ", out, re.M)
     assert len(verdicts) == 4, out
+
+
+def test_train_step_quick():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"ratio Trainer / nnx\.jit = \d+\.\d+", out), out
+    assert re.search(r"ratio paddlejax\.nn / flax\.nnx = \d+\.\d+", out), out
+    for run in ("Trainer fp32", "Trainer bf16", "Flax \\+ jax\\.jit"):
+        assert re.search(rf"^   {run}\s+\d+\s+\d+\s+\d+\.\d+\s+\d+\.\d+$", out, re.M), out
