@@ -16,7 +16,8 @@ from paddlejax.ops.loss import cross_entropy  # noqa: F401
 from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_max, elementwise_min,  # noqa: F401
                                 elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
 from paddlejax.ops.norm import batch_norm, group_norm, layer_norm  # noqa: F401
-from paddlejax.ops.pool import pool2d  # noqa: F401
-from paddlejax.ops.random import dropout  # noqa: F401
+from paddlejax.ops.pool import adaptive_pool2d, pool2d  # noqa: F401
+from paddlejax.ops.random import dropout, split_key  # noqa: F401
+from paddlejax.ops.rnn import gru, lstm  # noqa: F401
 from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401
 from paddlejax.ops.shape import cast, concat, pad, reshape, slice, split, transpose  # noqa: F401, A004

@@ -1,13 +1,18 @@
-"""2-D pooling (max / average) with Paddle's attributes.
+"""2-D pooling (max / average) with Paddle's attributes, fixed-window and adaptive.
 
 ``exclusive=True`` (Paddle's default) divides average windows by the number of real input
 elements they cover; ``exclusive=False`` always divides by ``kh * kw``. ``ceil_mode`` keeps
 a last partial window, provided it starts inside the input or its left padding.
 
+``adaptive_pool2d`` pools into a fixed output grid with Paddle's bins: output ``i`` of an
+axis of size ``n`` covers ``[floor(i * n / out), ceil((i + 1) * n / out))``.
+
 >>> import jax.numpy as jnp
->>> from paddlejax.ops.pool import pool2d
+>>> from paddlejax.ops.pool import adaptive_pool2d, pool2d
 >>> pool2d(jnp.ones((1, 2, 5, 5)), pooling_type="max", kernel_size=2, ceil_mode=True).shape
 (1, 2, 3, 3)
+>>> adaptive_pool2d(jnp.ones((1, 2, 5, 7)), output_size=(3, None)).shape
+(1, 2, 3, 7)
 """
 from __future__ import annotations
 
@@ -80,3 +85,45 @@ pool2d = define(
            "ceil_mode": Attr("bool", False), "global_pooling": Attr("bool", False),
            "exclusive": Attr("bool", True), "data_format": Attr("str", "NCHW", choices=LAYOUTS)},
     flops=_pool_flops)
+
+
+def _is_size(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+
+
+class _OutputSize(Attr):
+    """Two output sizes (a single int is used for both); None keeps that input size."""
+
+    def _normalise(self, op, what, value):
+        sizes = (value, value) if _is_size(value) else value
+        if isinstance(sizes, (tuple, list)) and len(sizes) == 2 and all(v is None or _is_size(v) for v in sizes):
+            return tuple(None if v is None else int(v) for v in sizes)
+        raise attr_error(op, "output_size", "an int >= 1 or 2 entries, each an int >= 1 or None", value)
+
+
+def _adaptive_axis(x, axis, out, pooling_type):
+    """Pool ``axis`` of ``x`` into ``out`` adaptive bins."""
+    n = x.shape[axis]
+    reduce = jnp.max if pooling_type == "max" else jnp.mean
+    if n % out == 0:  # equal bins: one reshape and one reduction
+        return reduce(x.reshape(x.shape[:axis] + (out, n // out) + x.shape[axis + 1:]), axis=axis + 1)
+    bins = [reduce(lax.slice_in_dim(x, i * n // out, -(-(i + 1) * n // out), axis=axis), axis=axis, keepdims=True)
+            for i in range(out)]
+    return jnp.concatenate(bins, axis)
+
+
+def _adaptive_pool2d(x, *, output_size, pooling_type, data_format):
+    """Max or average pooling into an ``output_size`` grid of Paddle's adaptive bins."""
+    y = to_channels_last(x, data_format)
+    # a 2-D bin is a row range times a column range, so pooling rows then columns is exact
+    for axis, out in zip((1, 2), output_size):
+        if out is not None:
+            y = _adaptive_axis(y, axis, out, pooling_type)
+    return from_channels_last(y, data_format)
+
+
+adaptive_pool2d = define(
+    "adaptive_pool2d", _adaptive_pool2d, inputs=[Input("x", rank=4, dtype="float")],
+    attrs={"output_size": _OutputSize("ints"), "pooling_type": Attr("str", "avg", choices=("max", "avg")),
+           "data_format": Attr("str", "NCHW", choices=LAYOUTS)},
+    flops=lambda in_shapes, out_shapes, attrs: math.prod(in_shapes[0]))

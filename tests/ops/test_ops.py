@@ -155,6 +155,52 @@ def np_group_norm(x, groups, w, b):
     return y * w.reshape(shape) + b.reshape(shape)
 
 
+def np_adaptive_pool(x, out, kind):
+    """NCHW adaptive pooling over Paddle's bins [floor(i*n/out), ceil((i+1)*n/out)); None keeps a size."""
+    h, w = x.shape[2:]
+    oh, ow = (n if o is None else o for n, o in zip((h, w), out))
+    res = np.zeros(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = x[:, :, i * h // oh:-(-(i + 1) * h // oh), j * w // ow:-(-(j + 1) * w // ow)]
+            res[:, :, i, j] = win.max((2, 3)) if kind == "max" else win.mean((2, 3))
+    return res
+
+
+def np_sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def np_lstm_cell(gx, gh, state):
+    i, f, g, o = np.split(gx + gh, 4)
+    c = np_sigmoid(f) * state[1] + np_sigmoid(i) * np.tanh(g)
+    return np_sigmoid(o) * np.tanh(c), c
+
+
+def np_gru_cell(gx, gh, state):
+    (xr, xz, xc), (hr, hz, hc) = np.split(gx, 3), np.split(gh, 3)
+    r, z = np_sigmoid(xr + hr), np_sigmoid(xz + hz)
+    c = np.tanh(xc + r * hc)
+    return ((state[0] - c) * z + c,)
+
+
+def np_rnn(cell, x, state, w_ih, w_hh, b_ih, b_hh, lengths=None, reverse=False):
+    """One recurrent layer, one sequence at a time over its valid steps only (the rest of the
+    output stays zero); returns (out, *final states)."""
+    batch, time, _ = x.shape
+    lengths = np.full(batch, time) if lengths is None else lengths
+    out = np.zeros((batch, time, w_hh.shape[1]))
+    finals = []
+    for n in range(batch):
+        s = tuple(v[n].astype(np.float64) for v in state)
+        steps = range(lengths[n])
+        for t in (reversed(steps) if reverse else steps):
+            s = cell(x[n, t] @ w_ih.T + b_ih, s[0] @ w_hh.T + b_hh, s)
+            out[n, t] = s[0]
+        finals.append(s)
+    return (out, *(np.stack(f) for f in zip(*finals)))
+
+
 # ---------------------------------------------------------------------------------------
 # The table
 
@@ -174,6 +220,11 @@ rm, rv = rand(4), rand(4, low=0.5)
 gw, gb = rand(4), rand(4)
 ids = ints(7, 2, 3)
 table = rand(7, 5)
+keys = np.stack([np.asarray(jax.random.PRNGKey(i)) for i in range(4)])
+xs, lens = rand(2, 4, 3), np.array([4, 2], np.int32)
+h0s, c0s = rand(2, 5), rand(2, 5)
+lstm_w = (rand(20, 3), rand(20, 5), rand(20), rand(20))
+gru_w = (rand(15, 3), rand(15, 5), rand(15), rand(15))
 
 CASES = [
     # conv
@@ -246,6 +297,10 @@ CASES = [
          {"pooling_type": "avg", "kernel_size": 3, "stride": 1, "padding": 1, "exclusive": False,
           "data_format": "NHWC"}, id="avg-inclusive-nhwc"),
     case(ops.pool2d, (x_img,), lambda x: x.max((2, 3), keepdims=True), {"global_pooling": True}, id="global"),
+    case(ops.adaptive_pool2d, (x_img,), lambda x: np_adaptive_pool(x, (3, 2), "avg"), {"output_size": (3, 2)}),
+    case(ops.adaptive_pool2d, (x_img.transpose(0, 2, 3, 1),),
+         lambda x: np_adaptive_pool(x.transpose(0, 3, 1, 2), (4, None), "max").transpose(0, 2, 3, 1),
+         {"output_size": (4, None), "pooling_type": "max", "data_format": "NHWC"}, id="max-nhwc"),
     # loss
     case(ops.cross_entropy, (logits, labels_ig), lambda x, y: np_cross_entropy(x, y), batched=(0, 1)),
     case(ops.cross_entropy, (logits, labels[:, None]),
@@ -258,6 +313,19 @@ CASES = [
     # random
     case(ops.dropout, (rand(4, 6), key), lambda x, k: np.where(jax.random.bernoulli(k, 0.7, x.shape), x / 0.7, 0),
          {"p": 0.3}),
+    case(ops.dropout, (rand(4, 6), key), lambda x, k: np.where(jax.random.bernoulli(k, 0.5, (4, 1)), 2 * x, 0),
+         {"axis": 0}, id="axis"),
+    case(ops.split_key, (keys,), lambda k: tuple(np.stack(v) for v in zip(*map(jax.random.split, k))), diff=()),
+    # rnn
+    case(ops.lstm, (xs, h0s, c0s, *lstm_w), lambda x, h, c, *w: np_rnn(np_lstm_cell, x, (h, c), *w),
+         diff=tuple(range(7)), batched=(0, 1, 2), tol=1e-4),
+    case(ops.lstm, (xs, h0s, c0s, *lstm_w, lens),
+         lambda x, h, c, *w: np_rnn(np_lstm_cell, x, (h, c), *w, reverse=True), {"is_reverse": True},
+         diff=tuple(range(7)), batched=(0, 1, 2, 7), tol=1e-4, id="reverse-lengths"),
+    case(ops.gru, (xs, h0s, *gru_w, lens), lambda x, h, *w: np_rnn(np_gru_cell, x, (h,), *w),
+         diff=tuple(range(6)), batched=(0, 1, 6), tol=1e-4, id="lengths"),
+    case(ops.gru, (xs, h0s, *gru_w), lambda x, h, *w: np_rnn(np_gru_cell, x, (h,), *w, reverse=True),
+         {"is_reverse": True}, diff=tuple(range(6)), batched=(0, 1), tol=1e-4, id="reverse"),
     # shape
     case(ops.reshape, (rand(2, 3, 4),), lambda x: x.reshape(2, 4, 3), {"shape": (0, -1, 3)}),
     case(ops.transpose, (rand(2, 3, 4),), lambda x: x.transpose(0, 2, 1), {"perm": (0, 2, 1)}),

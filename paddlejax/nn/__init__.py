@@ -1,0 +1,42 @@
+"""Paddle-style layers (``paddle.nn``) on Flax NNX, calling the op library.
+
+Constructor and call signatures, parameter names, shapes, layouts and default initialisers
+follow Paddle 2.x; layers are ``nnx.Module`` s with ``nnx.Param`` parameters and
+``nnx.BatchStat`` running statistics, so ``nnx.jit``, ``nnx.grad`` and ``nnx.Optimizer``
+work on them, and a trace shows the ops (``conv2d[...]``, ``lstm[...]``). Layers that update
+state while training (batch statistics, dropout keys) are traced in eval mode with
+``jax.make_jaxpr``, or in any mode with ``paddlejax.trace`` or ``nnx.jit``: nnx refuses
+state updates from inside a plain jax trace.
+
+>>> import jax, jax.numpy as jnp, paddlejax.nn as nn
+>>> nn.seed(0)
+>>> model = nn.Sequential(nn.Conv2D(3, 4, 3, padding=1), nn.BatchNorm2D(4), nn.ReLU(),
+...                       nn.AdaptiveAvgPool2D(1), nn.Flatten(), nn.Linear(4, 2))
+>>> model(jnp.ones((2, 3, 8, 8))).shape
+(2, 2)
+>>> model.eval()
+>>> [e.primitive.name for e in jax.make_jaxpr(model)(jnp.ones((2, 3, 8, 8))).eqns]
+['conv2d', 'batch_norm', 'relu', 'adaptive_pool2d', 'reshape', 'linear']
+"""
+from paddlejax.nn import initializer
+from paddlejax.nn.activation import GELU, Hardswish, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Silu, Softmax, Tanh
+from paddlejax.nn.common import Dropout, Embedding, Flatten, Identity, Linear
+from paddlejax.nn.conv import Conv2D, Conv2DTranspose
+from paddlejax.nn.initializer import ParamAttr
+from paddlejax.nn.layer import Layer, LayerList, Sequential
+from paddlejax.nn.norm import BatchNorm1D, BatchNorm2D, GroupNorm, LayerNorm
+from paddlejax.nn.pooling import AdaptiveAvgPool2D, AdaptiveMaxPool2D, AvgPool2D, MaxPool2D
+from paddlejax.nn.random import RngKey, seed
+from paddlejax.nn.rnn import GRU, LSTM
+from paddlejax.nn.transformer import (MultiHeadAttention, TransformerDecoder, TransformerDecoderLayer,
+                                      TransformerEncoder, TransformerEncoderLayer)
+
+__all__ = [
+    "initializer", "ParamAttr", "seed", "RngKey", "Layer", "Sequential", "LayerList",
+    "Linear", "Embedding", "Dropout", "Flatten", "Identity", "Conv2D", "Conv2DTranspose",
+    "BatchNorm1D", "BatchNorm2D", "LayerNorm", "GroupNorm",
+    "MaxPool2D", "AvgPool2D", "AdaptiveAvgPool2D", "AdaptiveMaxPool2D",
+    "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyReLU", "Hardswish", "Silu",
+    "LSTM", "GRU", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerEncoder",
+    "TransformerDecoderLayer", "TransformerDecoder",
+]

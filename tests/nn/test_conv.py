@@ -1,0 +1,131 @@
+"""Conv2D and Conv2DTranspose against numpy convolutions, Paddle's parameter layouts and
+padding forms, the op in the jaxpr, gradients and nnx.jit."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from numpy.lib.stride_tricks import sliding_window_view
+
+import paddlejax.nn as nn
+
+rng = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return rng.normal(size=shape).astype(np.float32)
+
+
+def np_conv(x, w, stride=(1, 1), pads=((0, 0), (0, 0)), dil=(1, 1), groups=1):
+    """NCHW / OIHW grouped convolution over explicit (dilated, strided) windows, float64."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads))
+    out_c, group_c, kh, kw = w.shape
+    span = ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1)
+    win = sliding_window_view(xp, span, axis=(2, 3))[:, :, ::stride[0], ::stride[1], ::dil[0], ::dil[1]]
+    n, _, ho, wo = win.shape[:4]
+    win = win.reshape(n, groups, group_c, ho, wo, kh, kw)
+    return np.einsum("ngchwij,gocij->ngohw", win, w.reshape(groups, out_c // groups, group_c, kh, kw)).reshape(
+        n, out_c, ho, wo)
+
+
+def np_conv_transpose(x, w, stride, pads, out_pad=(0, 0), groups=1):
+    """Every input pixel scatters its kernel-weighted copy into the output; then crop the pads."""
+    n, cin, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    full = np.zeros((n, og * groups, (h - 1) * stride[0] + kh + out_pad[0], (wd - 1) * stride[1] + kw + out_pad[1]))
+    cg = cin // groups
+    for g in range(groups):
+        for i in range(h):
+            for j in range(wd):
+                full[:, g * og:(g + 1) * og, i * stride[0]:i * stride[0] + kh, j * stride[1]:j * stride[1] + kw] += \
+                    np.einsum("nc,coab->noab", x[:, g * cg:(g + 1) * cg, i, j], w[g * cg:(g + 1) * cg])
+    (t, b), (left, r) = pads
+    return full[:, :, t:full.shape[2] - b, left:full.shape[3] - r]
+
+
+def op_names(fn, *args):
+    return [e.primitive.name for e in jax.make_jaxpr(fn)(*args).eqns]
+
+
+def test_conv2d_matches_numpy_with_paddle_layout_and_padding_list():
+    conv = nn.Conv2D(4, 6, (3, 2), stride=(2, 1), padding=[1, 1, 2, 0], dilation=(1, 2), groups=2)
+    assert conv.weight[...].shape == (6, 2, 3, 2) and conv.bias[...].shape == (6,)
+    assert [n for n, _ in conv.named_parameters()] == ["bias", "weight"]
+    x = rand(2, 4, 7, 6)
+    want = np_conv(x, np.asarray(conv.weight[...]), (2, 1), ((1, 1), (2, 0)), (1, 2), 2)
+    np.testing.assert_allclose(conv(x), want + np.asarray(conv.bias[...])[:, None, None], rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_nhwc_same_padding_and_four_pair_padding():
+    x = rand(1, 3, 5, 5)
+    nchw = nn.Conv2D(3, 4, 3, padding="same", bias_attr=False)
+    nhwc = nn.Conv2D(3, 4, 3, padding="SAME", data_format="NHWC", weight_attr=nn.initializer.Assign(nchw.weight[...]),
+                     bias_attr=False)
+    np.testing.assert_allclose(nhwc(x.transpose(0, 2, 3, 1)), np.asarray(nchw(x)).transpose(0, 2, 3, 1), atol=1e-5)
+    np.testing.assert_allclose(nchw(x), np_conv(x, np.asarray(nchw.weight[...]), pads=((1, 1), (1, 1))), atol=1e-4)
+    pairs = nn.Conv2D(3, 4, 3, padding=[[0, 0], [0, 0], [1, 1], [1, 1]], weight_attr=nn.initializer.Assign(
+        nchw.weight[...]), bias_attr=False)
+    np.testing.assert_allclose(pairs(x), nchw(x), atol=1e-6)
+    assert nchw.bias is None
+
+
+@pytest.mark.parametrize("mode,np_mode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
+def test_conv2d_padding_modes_pad_the_input_first(mode, np_mode):
+    conv = nn.Conv2D(2, 3, 3, padding=2, padding_mode=mode)
+    x = rand(1, 2, 5, 4)
+    want = np_conv(np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)), mode=np_mode), np.asarray(conv.weight[...]))
+    np.testing.assert_allclose(conv(x), want + np.asarray(conv.bias[...])[:, None, None], rtol=1e-4, atol=1e-4)
+    assert op_names(conv, x) == ["pad", "conv2d"]
+
+
+def test_conv2d_is_one_op_and_differentiates_and_jits():
+    conv = nn.Conv2D(3, 4, 3, stride=2, padding=1)
+    x = rand(2, 3, 6, 6)
+    assert op_names(conv, x) == ["conv2d"]
+    grads = nnx.grad(lambda m: jnp.sum(m(x)))(conv)
+    assert np.allclose(grads["bias"][...], 2 * 3 * 3)  # d sum / d bias = N * Ho * Wo
+    want = np.einsum("nchwij->cij", sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+                                                          axis=(2, 3))[:, :, ::2, ::2])
+    np.testing.assert_allclose(grads["weight"][...], np.broadcast_to(want, (4, 3, 3, 3)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(nnx.jit(lambda m, x: m(x))(conv, x), conv(x), atol=1e-5)
+
+
+def test_conv2d_transpose_matches_numpy_scatter():
+    up = nn.Conv2DTranspose(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+    assert up.weight[...].shape == (4, 3, 3, 3) and up.bias[...].shape == (6,)
+    x = rand(2, 4, 3, 4)
+    want = np_conv_transpose(x, np.asarray(up.weight[...]), (2, 2), ((1, 1), (1, 1)), (1, 1), groups=2)
+    got = up(x)
+    assert got.shape == (2, 6, 6, 8)
+    np.testing.assert_allclose(got, want + np.asarray(up.bias[...])[:, None, None], rtol=1e-4, atol=1e-4)
+    assert op_names(up, x) == ["conv2d_transpose"]
+
+
+def test_conv2d_transpose_output_size_picks_the_output_padding():
+    up = nn.Conv2DTranspose(2, 2, 3, stride=2, padding=1, bias_attr=False)
+    x = rand(1, 2, 4, 4)
+    assert up(x).shape == (1, 2, 7, 7)
+    np.testing.assert_allclose(up(x, output_size=[8, 7]),
+                               np_conv_transpose(x, np.asarray(up.weight[...]), (2, 2), ((1, 1), (1, 1)), (1, 0)),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"Conv2DTranspose: argument 'output_size' expects sizes from \(7, 7\) up "
+                                         r"to \(8, 8\)"):
+        up(x, output_size=9)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: nn.Conv2D(4, 6, 3, groups=4), r"Conv2D: argument 'groups' expects a divisor of out_channels \(6\)"),
+    (lambda: nn.Conv2D(3, 6, 3, groups=2), r"Conv2D: argument 'groups' expects a divisor of in_channels \(3\)"),
+    (lambda: nn.Conv2D(3, 6, (3, 3, 3)), r"Conv2D: argument 'kernel_size' expects an int or 2 ints"),
+    (lambda: nn.Conv2D(3, 6, 3, stride=0), r"Conv2D: conv2d: attribute 'stride' expects values >= 1"),
+    (lambda: nn.Conv2D(3, 6, 3, padding_mode="mirror"), r"Conv2D: argument 'padding_mode' expects one of"),
+    (lambda: nn.Conv2D(3, 6, 3, padding=[1, 1], padding_mode="reflect"), r"Conv2D: argument 'padding' expects an int"),
+    (lambda: nn.Conv2D(3, 6, 3, data_format="CHWN"), r"Conv2D: argument 'data_format' expects one of"),
+    (lambda: nn.Conv2D(3, 6, 3, padding=[[1, 1], [0, 0], [1, 1], [1, 1]]), r"Conv2D: argument 'padding' expects "
+                                                                          r"\(0, 0\) pads for the batch"),
+])
+def test_bad_arguments_fail_at_construction(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
