@@ -10,7 +10,7 @@ backward, optimizer update, EMA and metric sums. Parameters stay float32 (master
 >>> y = (x[:, 0] > 0).astype("int32")
 >>> trainer = pj.Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(0)), optax.sgd(0.5), metrics=["accuracy"],
 ...                      progress=False)
->>> trainer.fit((x, y), epochs=20, batch_size=16)
+>>> history = trainer.fit((x, y), epochs=20, batch_size=16)
 >>> trainer.evaluate((x, y))["acc"] > 0.9
 True
 """

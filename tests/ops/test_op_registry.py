@@ -14,7 +14,7 @@ OP_NAMES = {
     "elementwise_min", "elementwise_pow", "embedding", "relu", "relu6", "gelu", "sigmoid", "tanh", "silu",
     "leaky_relu", "hard_swish", "softmax", "log_softmax", "pool2d", "cross_entropy", "dropout", "reshape",
     "transpose", "concat", "split", "slice", "pad", "cast", "reduce_sum", "reduce_mean", "reduce_max",
-    "scaled_dot_product_attention",
+    "scaled_dot_product_attention", "lstm", "gru", "split_key", "adaptive_pool2d",
 }
 
 
@@ -107,6 +107,12 @@ BAD_CALLS = [
     (lambda: ops.scaled_dot_product_attention(np.zeros((1, 2, 2, 4)), np.zeros((1, 3, 2, 3)),
                                               np.zeros((1, 3, 2, 3))),
      r"scaled_dot_product_attention: input 'key'"),
+    (lambda: ops.lstm(np.zeros((2, 5, 3), np.float32), np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32),
+                      np.zeros((12, 3), np.float32), np.zeros((16, 4), np.float32), np.zeros(16, np.float32),
+                      np.zeros(16, np.float32)),
+     r"lstm: input 'weight_ih' expects shape \(16, 3\) \(x is \(2, 5, 3\), hidden size 4\), got \(12, 3\)"),
+    (lambda: ops.split_key(np.zeros(3, np.uint32)), r"split_key: input 'key' expects raw uint32\[..., 2\]"),
+    (lambda: ops.adaptive_pool2d(x4, output_size=0), r"adaptive_pool2d: attribute 'output_size' expects an int >= 1"),
 ]
 
 

@@ -13,19 +13,21 @@ SCRIPT = pathlib.Path(__file__).with_name("resume_run.py")
 STEPS = list(range(1, 25))  # 1,437 digits / batch 128 → 12 batches, 2 epochs
 
 
-def run(*args, kill_after_step=None):
+def run(out, *args, kill_after_step=None):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**env, "PYTHONUNBUFFERED": "1"})
-    steps = []
-    for line in proc.stdout:
-        if line.startswith("step "):
-            steps.append(int(line.split()[1]))
-            if kill_after_step is not None and steps[-1] >= kill_after_step:
-                proc.send_signal(signal.SIGKILL)
-                break
-    proc.wait(timeout=300)
-    err = proc.stderr.read()
+    log = out.with_suffix(".stderr")  # a file, not a pipe: a full stderr pipe would block the child
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(SCRIPT), str(out), *map(str, args)], stdout=subprocess.PIPE,
+                                stderr=stderr, text=True, env={**env, "PYTHONUNBUFFERED": "1"})
+        steps = []
+        for line in proc.stdout:
+            if line.startswith("step "):
+                steps.append(int(line.split()[1]))
+                if kill_after_step is not None and steps[-1] >= kill_after_step:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+        proc.wait(timeout=300)
+    err = log.read_text()
     if kill_after_step is None:
         assert proc.returncode == 0, err[-3000:]
     else:
