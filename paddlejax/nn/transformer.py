@@ -112,7 +112,9 @@ class _Stackable(Layer):
     """A layer that remembers its constructor arguments, so that an encoder or decoder can
     build more layers of the same configuration (Paddle's ``_config``)."""
 
-    def _remember(self, **config):
+    def _remember(self, arguments: dict):
+        """Keep ``locals()`` as taken first thing in ``__init__`` (all but ``self`` and ``rngs``)."""
+        config = {k: v for k, v in arguments.items() if k not in ("self", "rngs", "__class__")}
         self._config = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in config.items())
 
     def fresh_copy(self, rngs: nnx.Rngs | None = None):
@@ -141,10 +143,7 @@ class TransformerEncoderLayer(_Stackable):
     def __init__(self, d_model, nhead, dim_feedforward, dropout=0.1, activation="relu", attn_dropout=None,
                  act_dropout=None, normalize_before=False, weight_attr=None, bias_attr=None, layer_norm_eps=1e-5, *,
                  rngs: nnx.Rngs | None = None):
-        self._remember(d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward, dropout=dropout,
-                       activation=activation, attn_dropout=attn_dropout, act_dropout=act_dropout,
-                       normalize_before=normalize_before, weight_attr=weight_attr, bias_attr=bias_attr,
-                       layer_norm_eps=layer_norm_eps)
+        self._remember(locals())
         weights = _attr_list("TransformerEncoderLayer", "weight_attr", weight_attr, 2)
         biases = _attr_list("TransformerEncoderLayer", "bias_attr", bias_attr, 2)
         self.normalize_before = normalize_before
@@ -181,10 +180,7 @@ class TransformerDecoderLayer(_Stackable):
     def __init__(self, d_model, nhead, dim_feedforward, dropout=0.1, activation="relu", attn_dropout=None,
                  act_dropout=None, normalize_before=False, weight_attr=None, bias_attr=None, layer_norm_eps=1e-5, *,
                  rngs: nnx.Rngs | None = None):
-        self._remember(d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward, dropout=dropout,
-                       activation=activation, attn_dropout=attn_dropout, act_dropout=act_dropout,
-                       normalize_before=normalize_before, weight_attr=weight_attr, bias_attr=bias_attr,
-                       layer_norm_eps=layer_norm_eps)
+        self._remember(locals())
         weights = _attr_list("TransformerDecoderLayer", "weight_attr", weight_attr, 3)
         biases = _attr_list("TransformerDecoderLayer", "bias_attr", bias_attr, 3)
         attn_p = dropout if attn_dropout is None else attn_dropout
