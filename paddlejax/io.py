@@ -298,7 +298,17 @@ def _check_version(doc: dict) -> dict:
     return doc
 
 
-def _read_tensors(path: Path) -> dict[str, np.ndarray]:
+def read_tensors(path) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file as numpy arrays, checked; bad input raises
+    :class:`ProgramFormatError` naming the file and tensor.
+
+    >>> import numpy as np, safetensors.numpy, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.safetensors")
+    >>> safetensors.numpy.save_file({"w": np.ones((2, 3), np.float32)}, path)
+    >>> read_tensors(path)["w"].shape
+    (2, 3)
+    """
+    path = Path(path)
     data = _read(path)
     try:
         entries = safetensors.deserialize(data)
@@ -375,7 +385,7 @@ def load(path) -> Program:
         raise ProgramFormatError(f"{json_path.name}: JSON nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise ProgramFormatError(f"{json_path.name}: not valid JSON ({e})") from None
-    tensors = _read_tensors(st_path)
+    tensors = read_tensors(st_path)
     try:
         return from_json(doc, tensors, st_path.name)
     except ProgramFormatError:

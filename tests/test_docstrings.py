@@ -9,7 +9,8 @@ import paddlejax
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(paddlejax.__path__, "paddlejax.")
                  if not m.name.startswith("paddlejax.cli"))
-MODULES += sorted(f"paddlejax.passes.{m.name}" for m in pkgutil.iter_modules(paddlejax.passes.__path__))
+for package in (paddlejax.passes, paddlejax.models):
+    MODULES += sorted(f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__))
 
 
 @pytest.mark.parametrize("name", ["paddlejax", *MODULES])

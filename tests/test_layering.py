@@ -58,3 +58,9 @@ def test_import_is_lazy_about_sub_packages():
     code = ("import sys, paddlejax as pj; assert 'paddlejax.passes' not in sys.modules; "
             "pj.passes; assert 'paddlejax.passes' in sys.modules; import paddlejax.models, paddlejax.hub")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_models_do_not_import_slim_hub_or_the_cli():
+    upper = ("paddlejax.slim", "paddlejax.hub", "paddlejax.cli")
+    bad = {str(f.relative_to(ROOT)): sorted(n for n in imports(f) if n.startswith(upper)) for f in files("models")}
+    assert {k: v for k, v in bad.items() if v} == {}

@@ -30,6 +30,7 @@ from paddlejax.nn.random import RngKey, seed
 from paddlejax.nn.rnn import GRU, LSTM
 from paddlejax.nn.transformer import (MultiHeadAttention, TransformerDecoder, TransformerDecoderLayer,
                                       TransformerEncoder, TransformerEncoderLayer)
+from paddlejax.nn.weights import WeightsError, load_weights, save_weights, set_state_dict, state_dict
 
 __all__ = [
     "initializer", "ParamAttr", "seed", "RngKey", "Layer", "Sequential", "LayerList",
@@ -39,4 +40,5 @@ __all__ = [
     "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyReLU", "Hardswish", "Silu",
     "LSTM", "GRU", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "TransformerDecoderLayer", "TransformerDecoder",
+    "state_dict", "set_state_dict", "save_weights", "load_weights", "WeightsError",
 ]
