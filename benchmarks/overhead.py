@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import os
-import platform
 import re
 import statistics
 import sys
@@ -38,6 +36,7 @@ from flax import nnx
 
 import paddlejax as pj
 from paddlejax import ops
+from timing import machine
 
 STEP_RATIO, COMPILE_RATIO, TRACE_SECONDS = 1.03, 1.3, 2.0
 
@@ -301,13 +300,6 @@ def trace_time(cfg: Config) -> tuple[float, int]:
 
 # ---------------------------------------------------------------------------------------
 # Reporting
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    devices = ", ".join(str(d) for d in jax.devices())
-    return (f"machine: {cpu}, {os.cpu_count()} CPUs, devices [{devices}]\n"
-            f"python {platform.python_version()}, jax {jax.__version__}, paddlejax {pj.__version__}")
-
 
 def table(results: list[Result]) -> str:
     rows = [("case", "metric", "original", "traced", "ratio", "target"), None]

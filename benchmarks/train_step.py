@@ -16,7 +16,6 @@ All comparisons run side by side in one process (alternating calls, medians):
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
@@ -29,29 +28,7 @@ from flax import nnx
 import paddlejax as pj
 from paddlejax import nn
 from paddlejax.models.digits import DigitsCNN
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
-
-
-def alternate(fns: dict, warmup: int, repeats: int) -> dict:
-    """Median milliseconds per call of each function, calls interleaved to share the noise."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            jax.block_until_ready(fn())
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[k].append(time.perf_counter() - t)
-    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+from timing import alternate, machine
 
 
 # -- 1. Trainer vs nnx.jit ---------------------------------------------------------------------------
@@ -210,18 +187,13 @@ def resnet18(batch: int, steps: int, widths: tuple, image: int) -> dict:
             "losses": losses, "params": params}
 
 
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {jax.devices()[0].device_kind}, "
-            f"jax {jax.__version__}, {jax.local_device_count()} device(s)")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (smoke test)")
     p.add_argument("--steps", type=int, default=13, help="ResNet-18 steps per run (default 13)")
     args = p.parse_args(argv)
     quick = args.quick
-    print(f"machine: {machine()}\n")
+    print(machine() + "\n")
 
     t = trainer_vs_nnx_jit(batch=64, warmup=3 if quick else 10, repeats=5 if quick else 200)
     ratio1 = t["Trainer.train_batch"] / t["nnx.jit step"]

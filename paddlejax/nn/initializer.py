@@ -15,10 +15,12 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from paddlejax.nn import random
@@ -35,6 +37,40 @@ def compute_fans(shape) -> tuple[int, int]:
         return shape[0], shape[1]
     receptive = math.prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
+
+
+@functools.cache
+def _flat_sampler(kind: str, size: int):
+    @jax.jit
+    def sample(key, lo, hi):
+        if kind == "normal":
+            return jax.random.normal(key, (size,))
+        if kind == "uniform":
+            return jax.random.uniform(key, (size,), minval=lo, maxval=hi)
+        return jax.random.truncated_normal(key, lo, hi, (size,))
+
+    return sample
+
+
+def sample(kind: str, key, shape, lo=0.0, hi=1.0):
+    """float32 samples of ``shape``: standard ``"normal"``, ``"uniform"`` on ``[lo, hi)`` or
+    ``"truncated_normal"`` (standard, cut to ``[lo, hi]``). A numpy array for a concrete key, a
+    jax array under tracing.
+
+    XLA compiles a random sampler per shape (about a second each for 4-D threefry shapes on a
+    CPU), and a network has dozens of weight shapes; so samples are drawn as one flat vector
+    of a power-of-two length and cut to size, which needs a few compilations for any model.
+
+    >>> sample("uniform", jax.random.key(0), (2, 3), -1.0, 1.0).shape
+    (2, 3)
+    """
+    shape = tuple(shape)
+    n = math.prod(shape)
+    size = max(1024, 1 << max(n - 1, 0).bit_length())
+    flat = _flat_sampler(kind, size)(key, jnp.float32(lo), jnp.float32(hi))
+    if isinstance(flat, jax.core.Tracer):
+        return flat[:n].reshape(shape)
+    return np.asarray(flat)[:n].reshape(shape)
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
@@ -110,7 +146,7 @@ class Normal(Initializer):
     std: float = 1.0
 
     def __call__(self, key, shape, dtype=jnp.float32):
-        return self.mean + self.std * jax.random.normal(key, shape, dtype)
+        return jnp.asarray(self.mean + self.std * sample("normal", key, shape), dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +165,7 @@ class TruncatedNormal(Initializer):
 
     def __call__(self, key, shape, dtype=jnp.float32):
         lo, hi = (self.a - self.mean) / self.std, (self.b - self.mean) / self.std
-        return self.mean + self.std * jax.random.truncated_normal(key, lo, hi, shape, dtype)
+        return jnp.asarray(self.mean + self.std * sample("truncated_normal", key, shape, lo, hi), dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +181,7 @@ class Uniform(Initializer):
     high: float = 1.0
 
     def __call__(self, key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, self.low, self.high)
+        return jnp.asarray(sample("uniform", key, shape, self.low, self.high), dtype)
 
 
 def _fans(shape, fan_in, fan_out):
@@ -169,7 +205,7 @@ class XavierNormal(Initializer):
 
     def __call__(self, key, shape, dtype=jnp.float32):
         fan_in, fan_out = _fans(shape, self.fan_in, self.fan_out)
-        return self.gain * math.sqrt(2.0 / (fan_in + fan_out)) * jax.random.normal(key, shape, dtype)
+        return jnp.asarray(self.gain * math.sqrt(2.0 / (fan_in + fan_out)) * sample("normal", key, shape), dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +224,7 @@ class XavierUniform(Initializer):
     def __call__(self, key, shape, dtype=jnp.float32):
         fan_in, fan_out = _fans(shape, self.fan_in, self.fan_out)
         limit = self.gain * math.sqrt(6.0 / (fan_in + fan_out))
-        return jax.random.uniform(key, shape, dtype, -limit, limit)
+        return jnp.asarray(sample("uniform", key, shape, -limit, limit), dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +244,7 @@ class KaimingNormal(Initializer):
     def __call__(self, key, shape, dtype=jnp.float32):
         fan_in, _ = _fans(shape, self.fan_in, None)
         std = calculate_gain(self.nonlinearity, self.negative_slope) / math.sqrt(fan_in)
-        return std * jax.random.normal(key, shape, dtype)
+        return jnp.asarray(std * sample("normal", key, shape), dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +263,7 @@ class KaimingUniform(Initializer):
     def __call__(self, key, shape, dtype=jnp.float32):
         fan_in, _ = _fans(shape, self.fan_in, None)
         limit = calculate_gain(self.nonlinearity, self.negative_slope) * math.sqrt(3.0 / fan_in)
-        return jax.random.uniform(key, shape, dtype, -limit, limit)
+        return jnp.asarray(sample("uniform", key, shape, -limit, limit), dtype)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -149,7 +149,7 @@ def load_weights(model, path: str | os.PathLike, *, convert: Convert | None = No
     tensors = read_weights(path)
     if convert is not None:
         converted = {}
-        for name, value in tensors.items():
+        for name, value in sorted(tensors.items()):  # sorted: errors must not depend on file order
             out = convert(name, value)
             if out is None:
                 continue

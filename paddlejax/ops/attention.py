@@ -17,7 +17,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.common import input_error
@@ -34,7 +33,7 @@ def _check(query, key, value, mask):
     full = (b, h, sq, key.shape[1])
     if mask is not None:
         try:
-            ok = np.broadcast_shapes(mask.shape, full) == full
+            ok = jnp.broadcast_shapes(mask.shape, full) == full  # jnp's accepts symbolic sizes
         except ValueError:
             ok = False
         if not ok:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
-import numpy as np
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
 from paddlejax.ops.common import attr_error, input_error
@@ -21,7 +20,7 @@ from paddlejax.ops.common import attr_error, input_error
 def _elementwise(name: str, fn, doc: str):
     def kernel(x, y):
         try:
-            np.broadcast_shapes(x.shape, y.shape)
+            jnp.broadcast_shapes(x.shape, y.shape)  # jnp's accepts symbolic sizes
         except ValueError:
             raise ValueError(f"{name}: inputs 'x' {tuple(x.shape)} and 'y' {tuple(y.shape)} "
                              "do not broadcast") from None
@@ -73,7 +72,7 @@ def _matmul(x, y, *, transpose_x, transpose_y):
         raise input_error("matmul", "y", f"contracted size {x.shape[-1]} (after transpose_x={transpose_x}, "
                           f"transpose_y={transpose_y})", tuple(y.shape))
     try:
-        np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+        jnp.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     except ValueError:
         raise ValueError(f"matmul: batch dimensions of 'x' {x.shape} and 'y' {y.shape} do not broadcast") from None
     return jnp.matmul(x, y)

@@ -141,3 +141,15 @@ def test_same_seed_same_parameters_and_rngs_take_over_from_the_stream():
     nn.seed(3)
     build(rngs=nnx.Rngs(7))  # draws nothing from the global stream
     assert all((x == y).all() for x, y in zip(params(build()), a))
+
+
+def test_weights_of_many_shapes_are_drawn_by_a_few_compiled_samplers():
+    _flat_sampler = I._flat_sampler
+
+    _flat_sampler.cache_clear()
+    shapes = [(64, 3, 7, 7), (64, 64, 3, 3), (128, 64, 3, 3), (128, 128, 3, 3), (256, 128, 1, 1), (300, 500)]
+    for i, shape in enumerate(shapes):
+        w = I.Normal(0.0, 2.0)(jax.random.key(i), shape)
+        assert w.shape == shape and w.dtype == jnp.float32 and abs(float(w.std()) - 2.0) < 0.1
+    assert _flat_sampler.cache_info().currsize == len({max(1024, 1 << (math.prod(s) - 1).bit_length())
+                                                        for s in shapes}) == 5

@@ -1,5 +1,6 @@
 """MultiHeadAttention and the Transformer layers against numpy references of Paddle's
-formulas, mask forms, dropout in training, layer stacking, gradients and nnx.jit."""
+formulas, mask forms, dropout in training, layer stacking, gradients and nnx.jit; decoding
+with Paddle's caches, growing and fixed-capacity, against the full causal decoder."""
 from __future__ import annotations
 
 import jax
@@ -165,3 +166,103 @@ def test_training_under_nnx_jit_updates_dropout_keys_and_reaches_every_parameter
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def causal_mask(n):
+    return np.tril(np.ones((n, n), bool))
+
+
+def full_and_stepwise(decoder, tgt, memory, memory_mask, max_length):
+    """The decoder's causal output over ``tgt`` at once, and position by position from a cache."""
+    full = decoder(tgt, memory, causal_mask(tgt.shape[1]), memory_mask)
+    cache = decoder.gen_cache(memory, max_length=max_length)
+    steps = []
+    for i in range(tgt.shape[1]):
+        out, cache = decoder(tgt[:, i:i + 1], memory, None, memory_mask, cache)
+        steps.append(out)
+    return full, np.concatenate(steps, axis=1), cache
+
+
+@pytest.mark.parametrize("max_length", [None, 6], ids=["growing", "fixed"])
+@pytest.mark.parametrize("normalize_before", [False, True], ids=["post-norm", "pre-norm"])
+def test_cached_decoding_step_by_step_equals_the_full_causal_decoder(max_length, normalize_before):
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, normalize_before=normalize_before), 2,
+                                    norm=nn.LayerNorm(8) if normalize_before else None)
+    decoder.eval()
+    tgt, memory = rand(2, 4, 8), rand(2, 5, 8)
+    memory_mask = np.ones((2, 1, 1, 5), bool)
+    memory_mask[1, ..., 3:] = False
+    full, stepwise, cache = full_and_stepwise(decoder, tgt, memory, memory_mask, max_length)
+    np.testing.assert_allclose(stepwise, full, rtol=1e-5, atol=1e-5)
+    own, static = cache[1]
+    assert own.k.shape == (2, 4 if max_length is None else 6, 2, 4)
+    assert (own.length is None) == (max_length is None) and (max_length is None or int(own.length) == 4)
+    keys = np_linear(decoder.layers[1].cross_attn.k_proj, memory).reshape(2, 5, 2, 4)
+    np.testing.assert_allclose(static.k, keys, rtol=1e-5, atol=1e-5)
+
+
+def test_fixed_capacity_cache_keeps_its_shapes_through_a_jitted_while_loop():
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16), 2)
+    decoder.eval()
+    tgt, memory = rand(3, 5, 8), rand(3, 4, 8)
+
+    @nnx.jit
+    def decode(decoder, tgt, memory):
+        def step(i, carry):
+            outs, cache = carry
+            out, cache = decoder(jax.lax.dynamic_slice_in_dim(tgt, i, 1, axis=1), memory, cache=cache)
+            return jax.lax.dynamic_update_slice_in_dim(outs, out, i, axis=1), cache
+
+        return jax.lax.fori_loop(0, 5, step, (jnp.zeros_like(tgt), decoder.gen_cache(memory, max_length=5)))[0]
+
+    np.testing.assert_allclose(decode(decoder, tgt, memory), decoder(tgt, memory, causal_mask(5)), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_attention_caches_static_given_and_fixed_with_weights_and_additive_masks():
+    mha = nn.MultiHeadAttention(8, 2, need_weights=True)
+    q, memory = rand(2, 1, 8), rand(2, 5, 8)
+    bias = rand(2, 1, 1, 5)
+    static = mha.gen_cache(memory, type=nn.MultiHeadAttention.StaticCache)
+    out, weights, same = mha(q, memory, memory, bias, static)
+    want_out, want_weights = mha(q, memory, memory, bias)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights, want_weights, rtol=1e-5, atol=1e-6)
+    assert same is static
+
+    given = mha.gen_cache(static.k, static.v)  # already projected keys and values become the cache
+    out, _, grown = mha(q, attn_mask=np.zeros((2, 1, 1, 6), np.float32), cache=given)
+    assert grown.k.shape == (2, 6, 2, 4) and grown.length is None
+
+    fixed = mha.gen_cache(q, max_length=4)
+    for i in range(2):
+        out, weights, fixed = mha(q, attn_mask=np.zeros((1, 4), np.float32), cache=fixed)
+    assert int(fixed.length) == 2 and weights.shape == (2, 2, 1, 4)
+    np.testing.assert_allclose(weights[..., :2], 0.5, rtol=1e-5)  # the same query and key twice; 2 slots unwritten
+    np.testing.assert_array_equal(weights[..., 2:], 0.0)
+
+
+def test_decoder_gen_cache_zips_per_kind_as_paddle():
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16), 3)
+    caches, statics = decoder.gen_cache(rand(2, 5, 8), do_zip=True)
+    assert [type(c).__name__ for c in caches] == ["Cache"] * 3
+    assert [type(c).__name__ for c in statics] == ["StaticCache"] * 3
+    assert caches[0].k.shape == (2, 0, 2, 4) and statics[2].v.shape == (2, 5, 2, 4)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda mha, x: mha.gen_cache(x, type=tuple),
+     r"MultiHeadAttention.gen_cache: argument 'type' expects MultiHeadAttention.Cache or StaticCache"),
+    (lambda mha, x: mha.gen_cache(x, max_length=0), r"gen_cache: argument 'max_length' expects an int >= 1"),
+    (lambda mha, x: mha(x, cache=(x, x)), r"MultiHeadAttention: argument 'cache' expects None, a "),
+])
+def test_bad_cache_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(nn.MultiHeadAttention(8, 2), rand(1, 3, 8))
+
+
+def test_decoder_refuses_a_cache_for_another_number_of_layers():
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16), 2)
+    cache = decoder.gen_cache(rand(1, 3, 8))[:1]
+    with pytest.raises(ValueError, match=r"TransformerDecoder: argument 'cache' expects one entry per layer \(2\)"):
+        decoder(rand(1, 1, 8), rand(1, 3, 8), cache=cache)
