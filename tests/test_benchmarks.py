@@ -35,3 +35,18 @@ def test_train_step_quick():
     assert re.search(r"ratio paddlejax\.nn / flax\.nnx = \d+\.\d+", out), out
     for run in ("Trainer fp32", "Trainer bf16", "Flax \\+ jax\\.jit"):
         assert re.search(rf"^   {run}\s+\d+\s+\d+\s+\d+\.\d+\s+\d+\.\d+$", out, re.M), out
+
+
+def test_models_quick():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "models.py"), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^dense matmul rate measured here: \d+ GFLOP/s", out, re.M), out
+    for model, unit in (("ResNet-18", "images/s"), ("MobileNetV2", "images/s"), ("BERT \\(tiny\\)", "tokens/s")):
+        for phase, impl in (("forward", "jax.jit"), ("forward", "program"), ("train", "Trainer"), ("train", "jax.jit")):
+            assert re.search(rf"^{model}\s+{phase}\s+{re.escape(impl)}\s+\d+\.\d\s+\d+\.\d\s+{unit}\s+\d+\.\d\d", out,
+                             re.M), (model, phase, impl, out)
+        assert re.search(rf"^{model}: ratio program / jax\.jit = \d\.\d+ \(forward\), Trainer / jax\.jit = \d\.\d+",
+                         out, re.M), out
