@@ -1,4 +1,4 @@
-"""Smoke test: the overhead benchmark runs end to end at tiny sizes (no timing assertions)."""
+"""Smoke tests: the benchmarks run end to end at tiny sizes and print their tables (no timing assertions)."""
 import os
 import re
 import subprocess
@@ -9,12 +9,17 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = ["resnet/infer", "resnet/train", "transformer/infer", "transformer/train"]
 
 
-def test_overhead_quick():
+def run_quick(script: str, timeout: int) -> str:
+    """``benchmarks/<script> --quick``'s output, asserting it exits cleanly."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest's fake devices
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--quick"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    return proc.stdout
+
+
+def test_overhead_quick():
+    out = run_quick("overhead.py", timeout=240)
     for case in CASES:
         c = re.escape(case)
         assert re.search(rf"^{c}\s+step \(ms\)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+", out, re.M), out
@@ -26,11 +31,7 @@ def test_overhead_quick():
 
 
 def test_train_step_quick():
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--quick"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_quick("train_step.py", timeout=300)
     assert re.search(r"ratio Trainer / nnx\.jit = \d+\.\d+", out), out
     assert re.search(r"ratio paddlejax\.nn / flax\.nnx = \d+\.\d+", out), out
     for run in ("Trainer fp32", "Trainer bf16", "Flax \\+ jax\\.jit"):
@@ -38,11 +39,7 @@ def test_train_step_quick():
 
 
 def test_models_quick():
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "models.py"), "--quick"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_quick("models.py", timeout=400)
     assert re.search(r"^dense matmul rate measured here: \d+ GFLOP/s", out, re.M), out
     for model, unit in (("ResNet-18", "images/s"), ("MobileNetV2", "images/s"), ("BERT \\(tiny\\)", "tokens/s")):
         for phase, impl in (("forward", "jax.jit"), ("forward", "program"), ("train", "Trainer"), ("train", "jax.jit")):
