@@ -1,4 +1,4 @@
-"""Static estimates over a program: FLOPs per op and peak live memory.
+"""Static estimates over a program: FLOPs per op (memory: :mod:`paddlejax.passes.memory`).
 
 Symbolic sizes are given concrete values (``sizes={"b": 32}``; every unnamed symbol is 1).
 
@@ -9,13 +9,11 @@ Symbolic sizes are given concrete values (``sizes={"b": 32}``; every unnamed sym
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
-import numpy as np
 
 from paddlejax.ir.attrs import dim_symbols, eval_dim, resolve
-from paddlejax.ir.core import Block, Op, Program, TensorType
+from paddlejax.ir.core import Op, Program, TensorType
 from paddlejax.ops import registry
 
 # lax primitives that only move or reinterpret data: no arithmetic.
@@ -24,18 +22,15 @@ _DATA_MOVEMENT = {"reshape", "transpose", "broadcast_in_dim", "squeeze", "expand
                   "copy_p", "convert_element_type", "iota", "select_n", "rev", "split", "bitcast_convert_type"}
 
 
-def _env(program: Program, sizes: dict | None) -> dict:
-    symbols = set()
-    for v in program.inputs:
-        for d in v.type.shape:
-            if isinstance(d, str):
-                symbols |= dim_symbols(d)
-    env = {s: 1 for s in symbols}
+def size_env(program: Program, sizes: dict | None) -> dict:
+    """Values of the program's symbolic sizes: those in ``sizes``, 1 for the others."""
+    env = {s: 1 for v in program.inputs for d in v.type.shape if isinstance(d, str) for s in dim_symbols(d)}
     env.update(sizes or {})
     return env
 
 
 def concrete_shape(t: TensorType, env: dict) -> tuple[int, ...]:
+    """The shape of ``t`` with symbolic sizes evaluated in ``env``."""
     return tuple(d if isinstance(d, int) else int(eval_dim(d, env)) for d in t.shape)
 
 
@@ -76,52 +71,5 @@ def op_flops(op: Op, env: dict) -> int:
 
 def flops(program: Program, sizes: dict | None = None) -> int:
     """Total FLOPs of one call of the program."""
-    env = _env(program, sizes)
+    env = size_env(program, sizes)
     return sum(op_flops(op, env) for op in program.body.ops)
-
-
-def _nbytes(t: TensorType, env: dict) -> int:
-    import jax
-
-    return math.prod(concrete_shape(t, env)) * np.dtype(jax.numpy.dtype(t.dtype)).itemsize
-
-
-@dataclasses.dataclass
-class MemoryEstimate:
-    """Bytes of parameters and constants, and the peak of live activations (inputs included)."""
-
-    param_bytes: int
-    constant_bytes: int
-    peak_activation_bytes: int
-    peak_op_index: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.param_bytes + self.constant_bytes + self.peak_activation_bytes
-
-
-def estimate_memory(program: Program, sizes: dict | None = None) -> MemoryEstimate:
-    """Liveness over the top-level block: a value lives from its definition to its last use."""
-    env = _env(program, sizes)
-    block: Block = program.body
-    last_use: dict = {}
-    for i, op in enumerate(block.ops):
-        for v in op.operands:
-            last_use[v] = i
-    live = {v: _nbytes(v.type, env) for v in block.args}
-    current = sum(live.values())
-    peak, peak_at = current, 0
-    for i, op in enumerate(block.ops):
-        if op.type in ("param", "constant"):
-            continue
-        for r in op.results:
-            live[r] = _nbytes(r.type, env)
-            current += live[r]
-        if current > peak:
-            peak, peak_at = current, i
-        for v in set(op.operands) | set(op.results):
-            if last_use.get(v, -1) <= i and v in live and v not in block.results:
-                current -= live.pop(v)
-    params = sum(int(np.asarray(v).nbytes) for v in program.used_params().values())
-    consts = sum(int(np.asarray(v).nbytes) for v in program.used_constants().values())
-    return MemoryEstimate(params, consts, peak, peak_at)

@@ -265,7 +265,8 @@ class _Builder:
         opdef = registry.lookup(kind)
         if opdef is not None:
             try:
-                attrs = opdef.check_attrs(attrs)
+                attrs = {**opdef.check_attrs(attrs_lib.kernel_attrs(attrs)),
+                         **{k: v for k, v in attrs.items() if k in attrs_lib.ANNOTATIONS}}
             except ValueError as e:
                 raise ProgramFormatError(f"{where}: {e}") from None
         blocks_data = data.get("blocks", [])

@@ -2,7 +2,8 @@
 
 Called under ``jax.jit`` (``prog(x)``) the interpreter runs once, at trace time, and emits
 the same primitives the captured function did, so XLA compiles the same program. Under
-``jax.grad`` it is an ordinary JAX function.
+``jax.grad`` it is an ordinary JAX function. Consecutive ops marked ``remat_segment=k`` (by
+the ``remat`` pass) run as one ``jax.checkpoint`` function, recomputed in the backward pass.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x: x * 2.0, jnp.ones(3))
@@ -18,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from paddlejax import adapter
-from paddlejax.ir.attrs import resolve
+from paddlejax.ir.attrs import kernel_attrs, resolve
 from paddlejax.ir.core import Block, Op, Program, TensorType
 from paddlejax.ops import registry
 
@@ -84,9 +85,42 @@ def run_ops(program: Program, ops, env: dict, dims: dict | None = None) -> dict:
 
 
 def _run_ops(ops, env: dict, ctx) -> dict:
-    for op in ops:
-        env.update(zip(op.results, lower_op(op, [env[v] for v in op.operands], ctx)))
+    ops = list(ops)
+    i = 0
+    while i < len(ops):
+        segment = ops[i].attrs.get("remat_segment")
+        end = i + 1
+        while segment is not None and end < len(ops) and ops[end].attrs.get("remat_segment") == segment:
+            end += 1
+        if segment is None:
+            _run_op(ops[i], env, ctx)
+        else:
+            _run_remat_segment(ops[i:end], env, ctx)
+        i = end
     return env
+
+
+def _run_op(op: Op, env: dict, ctx) -> None:
+    env.update(zip(op.results, lower_op(op, [env[v] for v in op.operands], ctx)))
+
+
+def _run_remat_segment(ops: list[Op], env: dict, ctx) -> None:
+    """Run consecutive ops marked with one ``remat_segment`` inside one ``jax.checkpoint``.
+
+    Under ``jax.grad`` only the segment's inputs are kept for the backward pass; the values
+    computed inside are recomputed there.
+    """
+    inside = {id(op) for op in ops}
+    inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v in env))
+    outputs = [r for op in ops for r in op.results if any(id(u) not in inside for u in r.users)]
+
+    def run(*args):
+        local = dict(zip(inputs, args))
+        for op in ops:
+            _run_op(op, local, ctx)
+        return [local[r] for r in outputs]
+
+    env.update(zip(outputs, jax.checkpoint(run)(*[env[v] for v in inputs])))
 
 
 def lower_op(op: Op, args: list, ctx) -> list:
@@ -94,7 +128,7 @@ def lower_op(op: Op, args: list, ctx) -> list:
     rule = _RULES.get(op.type)
     if rule is not None:
         return rule(op, args, ctx)
-    attrs = resolve(op.attrs, ctx.dims)
+    attrs = resolve(kernel_attrs(op.attrs), ctx.dims)
     if op.type.startswith("lax."):
         prim = adapter.lax_primitive(op.type[4:])
         if prim is None:

@@ -9,6 +9,11 @@ from paddlejax.passes.base import (Pass, PassContext, PassResult, get_pass, regi
                                    registered_passes)
 from paddlejax.passes.cleanup import (CommonSubexpressionElimination, DeadCodeElimination,  # noqa: F401
                                       EliminateIdentity, FoldConstants)
-from paddlejax.passes.manager import PassError, PassManager, PassRecord, parse_pipeline, run  # noqa: F401
+from paddlejax.passes.manager import (INFERENCE_PIPELINE, PassError, PassManager, PassRecord,  # noqa: F401
+                                      inference_pipeline, parse_pipeline, register_pipeline, registered_pipelines,
+                                      run)
 from paddlejax.passes.rewrite import PatternPass, RewritePattern, apply_patterns, replace_pattern  # noqa: F401
 from paddlejax.passes.amp import AutoMixedPrecision  # noqa: F401
+from paddlejax.passes.fusion import (EliminateTransposes, FoldConvBatchNorm, FoldLinearBatchNorm,  # noqa: F401
+                                     FuseBiasActivation, FuseElementwiseActivation)
+from paddlejax.passes.memory import InplaceReuse, Remat, compare_with_xla, liveness, plan_inplace  # noqa: F401

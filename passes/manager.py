@@ -1,7 +1,8 @@
 """PassManager: run a pipeline of passes, verifying and timing each one.
 
 Pipelines are written as ``"dce,cse,fold_constants{max_elements=64}"``: pass names
-separated by commas, options in braces.
+separated by commas, options in braces. A named pipeline (:func:`register_pipeline`; e.g.
+``"inference"``) stands for its passes and may be mixed with others: ``"inference,amp"``.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x: x * 1.0 + 0.0, jnp.ones(3))
@@ -17,11 +18,11 @@ import dataclasses
 import sys
 import time
 import typing
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from paddlejax.ir.core import Program
 from paddlejax.ir.verifier import VerificationError, verify
-from paddlejax.passes.base import Pass, PassContext, get_pass, pass_class
+from paddlejax.passes.base import Pass, PassContext, get_pass, pass_class, registered_passes
 
 
 class PassError(RuntimeError):
@@ -66,6 +67,43 @@ def _convert(cls: type[Pass], key: str, raw: str):
         raise ValueError(f"pass '{cls.name}': option '{key}' expects {kind.__name__}, got {raw!r}") from None
 
 
+# Passes the inference pipeline runs, in order, when they are registered (see inference_pipeline).
+INFERENCE_PIPELINE = ["eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
+                      "fuse_elementwise_act", "eliminate_transposes", "cse", "dce", "autotune", "memory_plan"]
+
+_PIPELINES: dict[str, Callable[[], str]] = {}
+
+
+def register_pipeline(name: str, pipeline: str | Callable[[], str]) -> None:
+    """Let ``name`` stand for ``pipeline`` (a pipeline string, or a function giving one when parsed).
+
+    >>> register_pipeline("tidy_example", "eliminate_identity,dce")
+    >>> [str(p) for p in parse_pipeline("tidy_example,cse")]
+    ['eliminate_identity', 'dce', 'cse']
+    """
+    if name in registered_passes():
+        raise ValueError(f"'{name}' is already the name of a pass; a pipeline cannot share it")
+    _PIPELINES[name] = pipeline if callable(pipeline) else (lambda: pipeline)
+
+
+def registered_pipelines() -> dict[str, str]:
+    """Each named pipeline and the passes it stands for now."""
+    return {name: text() for name, text in _PIPELINES.items()}
+
+
+def inference_pipeline() -> str:
+    """The registered passes of :data:`INFERENCE_PIPELINE`, in its order (others are skipped).
+
+    >>> inference_pipeline().startswith("eliminate_identity,fold_constants")
+    True
+    """
+    known = registered_passes()
+    return ",".join(name for name in INFERENCE_PIPELINE if name in known)
+
+
+register_pipeline("inference", inference_pipeline)
+
+
 def parse_pipeline(text: str) -> list[Pass]:
     """Pass instances from a pipeline string.
 
@@ -76,6 +114,11 @@ def parse_pipeline(text: str) -> list[Pass]:
     for item in _split_top(text, ","):
         name, _, rest = item.partition("{")
         name = name.strip()
+        if name in _PIPELINES and name not in registered_passes():
+            if rest:
+                raise ValueError(f"pipeline '{name}' takes no options: {item!r}")
+            passes.extend(parse_pipeline(_PIPELINES[name]()))
+            continue
         options = {}
         if rest:
             if not rest.endswith("}"):

@@ -1,4 +1,8 @@
-"""Show a saved program: its IR, parameter count, FLOPs and estimated memory."""
+"""Show a saved program: its IR, parameter count, FLOPs and estimated memory.
+
+``--memory`` adds the live-bytes timeline (peak, where, largest live tensors there), the
+in-place reuse plan and XLA's own figures; ``--plot out.png`` draws live bytes per op.
+"""
 from __future__ import annotations
 
 
@@ -8,6 +12,9 @@ def add_arguments(p) -> None:
                    help="value of a symbolic size for the estimates (default 1), e.g. --size b=32")
     p.add_argument("--locs", action="store_true", help="show source lines")
     p.add_argument("--no-ir", action="store_true", help="print the summary only")
+    p.add_argument("--memory", action="store_true",
+                   help="live-memory timeline, in-place reuse plan and XLA's memory analysis")
+    p.add_argument("--plot", metavar="PNG", help="with --memory: plot live bytes per op to this file")
 
 
 def parse_sizes(items) -> dict[str, int]:
@@ -31,19 +38,62 @@ def _human(n: float, unit: str) -> str:
 def main(args) -> int:
     from paddlejax import analysis
     from paddlejax.io import load
+    from paddlejax.passes import memory
 
     prog = load(args.path)
     sizes = parse_sizes(args.size)
+    if args.plot and not args.memory:
+        raise ValueError("--plot needs --memory")
     if not args.no_ir:
         print(prog.format(locs=args.locs))
         print()
-    mem = analysis.estimate_memory(prog, sizes)
+    live = memory.liveness(prog, sizes)
     n_ops = sum(1 for op in prog.walk() if op.type not in ("param", "constant", "return"))
     shown = ", ".join(f"{k}={v}" for k, v in sizes.items()) or "symbolic sizes = 1"
+    total = live.param_bytes + live.constant_bytes + live.peak_bytes
     print(f"program      {prog.name}")
     print(f"ops          {n_ops}")
-    print(f"parameters   {prog.num_params():,} ({_human(mem.param_bytes, 'B')})")
+    print(f"parameters   {prog.num_params():,} ({_human(live.param_bytes, 'B')})")
     print(f"FLOPs        {_human(analysis.flops(prog, sizes), 'FLOP')} per call ({shown})")
-    print(f"activations  {_human(mem.peak_activation_bytes, 'B')} peak live (estimate, {shown})")
-    print(f"memory       {_human(mem.total_bytes, 'B')} estimated total")
+    print(f"activations  {_human(live.peak_bytes, 'B')} peak live (estimate, {shown})")
+    print(f"memory       {_human(total, 'B')} estimated total")
+    if args.memory:
+        _memory_report(prog, live, sizes, args.plot)
     return 0
+
+
+def _memory_report(prog, live, sizes, plot) -> None:
+    from paddlejax.passes import memory
+
+    ops = prog.body.ops
+    names = memory.value_names(prog)
+    print()
+    print(f"peak         {_human(live.peak_bytes, 'B')} live during op #{live.peak_op} ({ops[live.peak_op].type})")
+    for v, n in live.top_live(live.peak_op):
+        print(f"  {names[v]:<10} {_human(n, 'B'):>10}  {v.type}")
+    plan = memory.plan_inplace(prog, sizes)
+    print(f"in-place     {len(plan.reuses)} reuses, peak {_human(plan.peak_bytes_reused, 'B')} "
+          f"(saves {_human(plan.saved_bytes, 'B')})")
+    c = memory.compare_with_xla(prog, sizes)
+    print(f"estimate     {_human(c.estimate_bytes, 'B')} (parameters + constants + peak activations)")
+    print(f"XLA          {_human(c.xla_bytes, 'B')} (arguments {_human(c.xla_argument_bytes, 'B')}, "
+          f"outputs {_human(c.xla_output_bytes, 'B')}, temp {_human(c.xla_temp_bytes, 'B')})")
+    if plot:
+        _plot(live.timeline, plot, prog.name)
+        print(f"plot         {plot}")
+
+
+def _plot(timeline, path, title) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.step(range(len(timeline)), timeline, where="mid")
+    ax.set_xlabel("op index")
+    ax.set_ylabel("live activation bytes")
+    ax.set_title(f"{title}: live memory per op")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -96,6 +96,21 @@ def dim_symbols(expr: str) -> set[str]:
     return {n.id for n in ast.walk(_parse(expr)) if isinstance(n, ast.Name) and n.id not in _CALLS}
 
 
+# Attributes that passes record on ops for lowering (``remat_segment``: recompute this op in
+# the backward pass with the others of its segment). They are printed and saved with the op
+# but are not arguments of its kernel.
+ANNOTATIONS = frozenset({"remat_segment"})
+
+
+def kernel_attrs(attrs: dict) -> dict:
+    """``attrs`` without the pass annotations (:data:`ANNOTATIONS`): what the kernel takes.
+
+    >>> kernel_attrs({"axis": 1, "remat_segment": 0})
+    {'axis': 1}
+    """
+    return {k: v for k, v in attrs.items() if k not in ANNOTATIONS}
+
+
 def resolve(value, env: dict):
     """``value`` with every :class:`SymDim` replaced by its size under ``env``."""
     if isinstance(value, SymDim):

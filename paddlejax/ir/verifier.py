@@ -54,7 +54,7 @@ class Shapes:
 
 def infer_types(op: Op, in_types: list[TensorType], shapes: "Shapes") -> list[TensorType]:
     """Result types of a registry or lax op with operands of ``in_types``."""
-    attrs = attrs_lib.resolve(op.attrs, shapes.env)
+    attrs = attrs_lib.resolve(attrs_lib.kernel_attrs(op.attrs), shapes.env)
     if op.type.startswith("lax."):
         prim = adapter.lax_primitive(op.type[4:])
         if prim is None:

@@ -6,6 +6,12 @@
 [-0.009999999776482582, 2.0]
 >>> round(float(gelu(jnp.float32(1.0))), 4)  # exact (erf) form by default, as in Paddle
 0.8413
+
+Ops that compute into an activation (conv2d, linear, elementwise binaries) carry it as a fused
+``act`` attribute, applied by :func:`fused_activation`:
+
+>>> fused_activation(jnp.array([-1.0, 2.0]), "leaky_relu", 0.5).tolist()
+[-0.5, 2.0]
 """
 from __future__ import annotations
 
@@ -80,3 +86,50 @@ leaky_relu = _activation("leaky_relu", _leaky_relu, negative_slope=Attr("float",
 hard_swish = _activation("hard_swish", _hard_swish)
 softmax = _activation("softmax", _softmax, axis=Attr("int", -1))
 log_softmax = _activation("log_softmax", _log_softmax, axis=Attr("int", -1))
+
+
+# Activations an op can apply to its own result (its ``act`` attribute). "gelu_tanh" is gelu
+# with ``approximate=True``; ``act_alpha`` is leaky_relu's negative slope.
+_FUSED = {"relu": _relu, "relu6": _relu6, "gelu": lambda x: _gelu(x, approximate=False),
+          "gelu_tanh": lambda x: _gelu(x, approximate=True), "silu": _silu, "sigmoid": _sigmoid,
+          "tanh": _tanh, "hard_swish": _hard_swish}
+FUSED_ACTIVATIONS = (*_FUSED, "leaky_relu")
+_LEAKY_SLOPE = leaky_relu.attrs["negative_slope"].default
+
+
+def fused_activation_attrs() -> dict[str, Attr]:
+    """The ``act`` / ``act_alpha`` attributes of an op with a fused activation (None: no activation).
+
+    >>> sorted(fused_activation_attrs())
+    ['act', 'act_alpha']
+    """
+    return {"act": Attr("str", None, choices=FUSED_ACTIVATIONS, optional=True,
+                        doc="activation applied to the result"),
+            "act_alpha": Attr("float", None, optional=True, doc="leaky_relu's negative slope")}
+
+
+def fused_activation(x, act: str | None, act_alpha: float | None = None):
+    """``x`` through the activation named by a fused ``act`` attribute (unchanged for None).
+
+    >>> fused_activation(jnp.array([-1.0, 7.0]), "relu6").tolist()
+    [0.0, 6.0]
+    """
+    if act is None:
+        return x
+    if act == "leaky_relu":
+        return _leaky_relu(x, negative_slope=_LEAKY_SLOPE if act_alpha is None else act_alpha)
+    return _FUSED[act](x)
+
+
+def as_fused_activation(op_type: str, attrs: dict) -> dict | None:
+    """The ``act`` / ``act_alpha`` attributes equivalent to activation op ``op_type`` with
+    ``attrs``, or None if it cannot be fused.
+
+    >>> as_fused_activation("gelu", {"approximate": True})
+    {'act': 'gelu_tanh', 'act_alpha': None}
+    """
+    if op_type == "leaky_relu":
+        return {"act": "leaky_relu", "act_alpha": float(attrs.get("negative_slope", _LEAKY_SLOPE))}
+    if op_type == "gelu":
+        return {"act": "gelu_tanh" if attrs.get("approximate") else "gelu", "act_alpha": None}
+    return {"act": op_type, "act_alpha": None} if op_type in _FUSED else None

@@ -16,6 +16,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.common import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
                                  to_channels_last)
@@ -116,13 +117,16 @@ def _shifted_matmul(x, w, stride, pads, dil, groups, fmt):
 
 
 def _conv_kernel(op, impl, doc=None):
-    """An op kernel around ``impl``: validation, Paddle padding and bias are common to all."""
+    """An op kernel around ``impl``: validation, Paddle padding, bias and the fused activation
+    are common to all."""
 
-    def kernel(x, weight, bias=None, *, stride, padding, dilation, data_format, groups=None):
+    def kernel(x, weight, bias=None, *, stride, padding, dilation, data_format, groups=None, act=None,
+               act_alpha=None):
         if groups is None:  # depthwise: one group per input channel
             groups = x.shape[channel_axis(data_format, 4)]
         pads, dil = _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format)
-        return _add_bias(impl(x, weight, stride, pads, dil, groups, data_format), bias, data_format)
+        y = _add_bias(impl(x, weight, stride, pads, dil, groups, data_format), bias, data_format)
+        return fused_activation(y, act, act_alpha)
 
     kernel.__doc__ = doc or impl.__doc__
     kernel.__name__ = f"{op}_{impl.__name__.strip('_')}"
@@ -149,9 +153,10 @@ def _define_conv(name, doc, **extra):
     return define(name, _conv_kernel(name, _lax_conv, doc),
                   inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
                           Input("bias", rank=1, dtype="float", optional=True)],
-                  attrs=_conv_attrs(**extra),
+                  attrs={**_conv_attrs(**extra), **fused_activation_attrs()},
                   variants={v: _conv_kernel(name, impl) for v, impl in _VARIANTS.items()},
                   flops=_conv_flops)
+
 
 
 conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",

@@ -13,22 +13,24 @@ import math
 
 import jax.numpy as jnp
 
+from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
 from paddlejax.ops.common import attr_error, input_error
 
 
 def _elementwise(name: str, fn, doc: str):
-    def kernel(x, y):
+    def kernel(x, y, *, act=None, act_alpha=None):
         try:
             jnp.broadcast_shapes(x.shape, y.shape)  # jnp's accepts symbolic sizes
         except ValueError:
             raise ValueError(f"{name}: inputs 'x' {tuple(x.shape)} and 'y' {tuple(y.shape)} "
                              "do not broadcast") from None
-        return fn(x, y)
+        return fused_activation(fn(x, y), act, act_alpha)
 
     kernel.__doc__ = doc
     kernel.__name__ = name
-    return define(name, kernel, inputs=[Input("x"), Input("y")], flops=elementwise_flops)
+    return define(name, kernel, inputs=[Input("x"), Input("y")], attrs=fused_activation_attrs(),
+                  flops=elementwise_flops)
 
 
 elementwise_add = _elementwise("elementwise_add", jnp.add, "x + y with numpy broadcasting.")
@@ -40,19 +42,20 @@ elementwise_min = _elementwise("elementwise_min", jnp.minimum, "Elementwise mini
 elementwise_pow = _elementwise("elementwise_pow", jnp.power, "x ** y with numpy broadcasting.")
 
 
-def _linear(x, weight, bias=None):
-    """``x @ weight + bias`` with Paddle's ``[in_features, out_features]`` weight."""
+def _linear(x, weight, bias=None, *, act=None, act_alpha=None):
+    """``act(x @ weight + bias)`` with Paddle's ``[in_features, out_features]`` weight."""
     if x.shape[-1] != weight.shape[0]:
         raise input_error("linear", "weight", f"shape [{x.shape[-1]}, out_features]", weight.shape)
     if bias is not None and bias.shape != weight.shape[1:]:
         raise input_error("linear", "bias", f"shape {weight.shape[1:]}", bias.shape)
     y = jnp.matmul(x, weight)
-    return y if bias is None else y + bias
+    return fused_activation(y if bias is None else y + bias, act, act_alpha)
 
 
 linear = define("linear", _linear,
                 inputs=[Input("x", rank=tuple(range(1, 9)), dtype="float"), Input("weight", rank=2, dtype="float"),
                         Input("bias", rank=1, dtype="float", optional=True)],
+                attrs=fused_activation_attrs(),
                 flops=lambda ins, outs, attrs: 2 * math.prod(ins[0]) * ins[1][1])
 
 

@@ -1,22 +1,10 @@
 """The paddlejax command: inspect, opt, run, export and demo, and clean errors."""
 import json
 
-import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import paddlejax as pj
 from paddlejax.cli.main import main
-
-
-@pytest.fixture
-def saved(tmp_path):
-    def f(p, x):
-        return pj.ops.relu(pj.ops.linear(x, p["w"], p["b"]) * 1.0)
-
-    prog = pj.trace(f, pj.InputSpec((None, 4)), params={"w": jnp.ones((4, 8)), "b": jnp.zeros(8)})
-    pj.save(prog, tmp_path / "m")
-    return prog, tmp_path / "m"
 
 
 def test_inspect_prints_ir_parameters_flops_and_memory(saved, capsys):
@@ -28,6 +16,26 @@ def test_inspect_prints_ir_parameters_flops_and_memory(saved, capsys):
     # linear 2*32*4*8 (multiply-adds), then mul and relu one per element
     assert f"FLOPs        {(2 * 32 * 4 * 8 + 2 * 32 * 8) / 1000:.3g} KFLOP per call (b=32)" in out
     assert "activations" in out and "memory" in out
+
+
+def test_inspect_memory_reports_peak_inplace_xla_and_plots(saved, tmp_path, capsys):
+    _, path = saved
+    png = tmp_path / "live.png"
+    assert main(["inspect", str(path), "--no-ir", "--memory", "--size", "b=32", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    # linear's and mul's outputs (32x8 floats each) are live together during the mul ...
+    assert "peak         2.05 KB live during op #4 (lax.mul)" in out
+    assert "  %2            1.02 KB  f32[b,8]\n  %4            1.02 KB  f32[b,8]" in out
+    # ... unless mul and relu write over their input: then x with linear's output is the peak
+    assert "in-place     2 reuses, peak 1.54 KB (saves 512 B)" in out
+    assert "XLA          " in out and "temp" in out
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_inspect_plot_needs_memory(saved, tmp_path, capsys):
+    _, path = saved
+    assert main(["inspect", str(path), "--plot", str(tmp_path / "a.png")]) == 2
+    assert "--plot needs --memory" in capsys.readouterr().err
 
 
 def test_opt_runs_a_pipeline_and_saves(saved, tmp_path, capsys):

@@ -72,3 +72,24 @@ def test_pass_objects_and_the_run_shortcut():
     prog = pj.trace(lambda x: x + 0.0, jnp.ones(3))
     out = pj.passes.run(prog, [pj.passes.EliminateIdentity(), "dce"])
     assert [op.type for op in out.walk()] == ["return"]
+
+
+def test_named_pipelines_expand_in_place():
+    from paddlejax.passes.manager import register_pipeline, registered_pipelines
+
+    register_pipeline("test_tidy", "eliminate_identity,dce")
+    assert registered_pipelines()["test_tidy"] == "eliminate_identity,dce"
+    assert [str(p) for p in parse_pipeline("cse,test_tidy")] == ["cse", "eliminate_identity", "dce"]
+    with pytest.raises(ValueError, match="pipeline 'test_tidy' takes no options"):
+        parse_pipeline("test_tidy{x=1}")
+    with pytest.raises(ValueError, match="'dce' is already the name of a pass"):
+        register_pipeline("dce", "cse")
+
+
+def test_the_inference_pipeline_lists_the_registered_passes_in_order():
+    from paddlejax.passes.manager import INFERENCE_PIPELINE, inference_pipeline
+
+    names = inference_pipeline().split(",")
+    assert names == [n for n in INFERENCE_PIPELINE if n in pj.passes.registered_passes()]
+    assert {"eliminate_identity", "fold_constants", "cse", "dce"} <= set(names)
+    assert [str(p) for p in parse_pipeline("inference")] == names

@@ -1,0 +1,183 @@
+"""Inference: a :class:`Predictor` runs a program, optimised and compiled once, on any batch size.
+
+The predictor applies the inference pipeline to the program, then compiles it ahead of time for
+a few batch sizes ("buckets", by default the powers of two up to ``max_batch_size``). A request
+is padded to the next bucket and its outputs sliced back, so no request ever triggers a
+compilation; batches above ``max_batch_size`` run in chunks.
+
+>>> import numpy as np, jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda p, x: pj.ops.relu(x @ p["w"]), pj.InputSpec((None, 2)), params={"w": jnp.eye(2)})
+>>> predictor = Predictor(prog, Config(max_batch_size=4))
+>>> predictor.buckets, predictor.num_compilations
+((1, 2, 4), 3)
+>>> predictor(np.array([[1.0, -1.0]] * 3, np.float32)).tolist()
+[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from paddlejax.io import load
+from paddlejax.ir.core import Program
+from paddlejax.passes import run as run_passes
+from paddlejax.passes.manager import INFERENCE_PIPELINE, inference_pipeline  # noqa: F401  (re-exported)
+
+# Above this many bytes of parameters, freezing them into every bucket's executable costs too much memory.
+FREEZE_LIMIT_BYTES = 64 << 20
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclasses.dataclass
+class Config:
+    """How a :class:`Predictor` optimises and compiles its program.
+
+    - ``passes``: a pipeline string; ``None`` runs the ``"inference"`` pipeline (the passes of
+      :data:`INFERENCE_PIPELINE` registered now, in that order); ``""`` runs none.
+    - ``freeze_params``: embed the parameters in the executables as constants (see
+      :meth:`paddlejax.Program.compile`); ``None`` freezes them on CPU when they take less than
+      :data:`FREEZE_LIMIT_BYTES`.
+    - ``max_batch_size`` and ``batch_buckets``: the batch sizes compiled (default: the powers of
+      two up to ``max_batch_size``, and ``max_batch_size`` itself).
+    - ``precision``: ``"fp32"``, or ``"bf16"`` to add the ``amp`` pass after the pipeline.
+    - ``device``: a JAX platform name (``"cpu"``, ``"gpu"``); ``None`` is JAX's default device.
+
+    >>> Config(max_batch_size=6).buckets()
+    (1, 2, 4, 6)
+    """
+
+    passes: str | None = None
+    freeze_params: bool | None = None
+    max_batch_size: int = 32
+    batch_buckets: tuple[int, ...] | None = None
+    precision: str = "fp32"
+    device: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+            raise ValueError(f"Config: max_batch_size must be a positive int, got {self.max_batch_size!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"Config: precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.batch_buckets is not None:
+            bad = [b for b in self.batch_buckets if not isinstance(b, int) or not 1 <= b <= self.max_batch_size]
+            if bad or not self.batch_buckets:
+                raise ValueError(f"Config: batch_buckets must be sizes in 1..max_batch_size={self.max_batch_size}, "
+                                 f"got {self.batch_buckets!r}")
+
+    def buckets(self) -> tuple[int, ...]:
+        """The batch sizes compiled, ascending; the largest is ``max_batch_size``."""
+        if self.batch_buckets is not None:
+            return tuple(sorted({*self.batch_buckets, self.max_batch_size}))
+        powers = [1 << i for i in range(self.max_batch_size.bit_length()) if 1 << i < self.max_batch_size]
+        return (*powers, self.max_batch_size)
+
+    def pipeline(self) -> str:
+        """The pipeline string the predictor runs."""
+        text = "inference" if self.passes is None else self.passes
+        return ",".join(p for p in (text, "amp{dtype=bfloat16}" if self.precision == "bf16" else "") if p)
+
+
+class Predictor:
+    """A program (or the path of a saved one) optimised and compiled for batched inference.
+
+    ``run(*inputs)`` (or calling the predictor) takes inputs structured like the program's,
+    whose leading dimension is the batch; it returns the outputs as NumPy arrays. Inputs are
+    padded with zero rows on the host up to the bucket size and the padding's outputs dropped,
+    which is exact for programs that treat batch rows independently (inference programs do,
+    batch norm in eval mode included).
+
+    ``num_compilations`` counts the executables built; it does not grow after construction.
+
+    >>> import numpy as np, jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: x * 2.0, pj.InputSpec((None, 3)))
+    >>> Predictor(prog, Config(max_batch_size=2))(np.ones((5, 3), np.float32)).shape
+    (5, 3)
+    """
+
+    def __init__(self, path_or_program: Program | str | os.PathLike, config: Config | None = None):
+        self.config = config or Config()
+        source = path_or_program if isinstance(path_or_program, Program) else load(path_or_program)
+        self.device = jax.devices(self.config.device)[0] if self.config.device else jax.devices()[0]
+        self.program = run_passes(source, self.config.pipeline())
+        self.program.params = jax.device_put(self.program.params, self.device)
+        self.batch_dim = _batch_dim(self.program)
+        self.freeze_params = self.config.freeze_params
+        if self.freeze_params is None:
+            self.freeze_params = self.device.platform == "cpu" and _param_bytes(self.program) < FREEZE_LIMIT_BYTES
+        self.buckets = self.config.buckets()
+        self.num_compilations = 0
+        self._executables = {b: self._compile(b) for b in self.buckets}
+
+    def _compile(self, batch: int):
+        specs = [jax.ShapeDtypeStruct((batch, *v.type.shape[1:]), v.type.dtype) for v in self.program.inputs]
+        with jax.default_device(self.device):
+            executable = self.program.compile(*jax.tree_util.tree_unflatten(self.program.in_tree, specs),
+                                              freeze_params=self.freeze_params)
+        self.num_compilations += 1
+        return executable
+
+    def run(self, *inputs):
+        """The program's outputs on ``inputs`` (any batch size), as NumPy arrays."""
+        leaves, tree = jax.tree_util.tree_flatten(tuple(inputs))
+        if tree != self.program.in_tree:
+            raise TypeError(f"Predictor: {self.program.name} expects inputs structured as "
+                            f"{self.program.in_tree}, got {tree}")
+        leaves = [self._check(v, x) for v, x in zip(self.program.inputs, leaves)]
+        sizes = {x.shape[0] for x in leaves}
+        if len(sizes) > 1:
+            shown = ", ".join(f"'{v.name}': {x.shape[0]}" for v, x in zip(self.program.inputs, leaves))
+            raise ValueError(f"Predictor: inputs disagree on the batch size ({shown})")
+        (n,) = sizes
+        step = self.config.max_batch_size
+        chunks = [self._run_padded([x[i:i + step] for x in leaves]) for i in range(0, max(n, 1), step)]
+        outputs = [np.concatenate(parts) for parts in zip(*chunks)]
+        return jax.tree_util.tree_unflatten(self.program.out_tree, outputs)
+
+    __call__ = run
+
+    def _run_padded(self, leaves: list[np.ndarray]) -> list[np.ndarray]:
+        n = leaves[0].shape[0]
+        bucket = self.buckets[bisect.bisect_left(self.buckets, n)]
+        padded = [np.pad(x, [(0, bucket - n)] + [(0, 0)] * (x.ndim - 1)) for x in leaves]
+        outputs = jax.tree_util.tree_leaves(self._executables[bucket](
+            *jax.tree_util.tree_unflatten(self.program.in_tree, padded)))
+        return [np.asarray(o)[:n] for o in outputs]
+
+    def _check(self, value, x) -> np.ndarray:
+        x = np.asarray(x)
+        want = value.type
+        if (x.ndim != len(want.shape) or x.dtype != np.dtype(want.dtype)
+                or any(isinstance(w, int) and w != g for w, g in zip(want.shape[1:], x.shape[1:]))):
+            raise ValueError(f"Predictor: input '{value.name}' expects {want} (batch dimension "
+                             f"'{self.batch_dim}' first), got {x.dtype.name}{list(x.shape)}")
+        return x
+
+    def __repr__(self) -> str:
+        return (f"<Predictor {self.program.name}: buckets {self.buckets}, "
+                f"{'frozen' if self.freeze_params else 'argument'} parameters on {self.device.platform}>")
+
+
+def _batch_dim(program: Program) -> str:
+    """The symbolic size that leads every input and output; a clear error when there is none."""
+    first = program.inputs[0].type.shape[:1] if program.inputs else ()
+    batch = first[0] if first and isinstance(first[0], str) else None
+    for kind, values in (("input", program.inputs), ("output", program.outputs)):
+        for i, v in enumerate(values):
+            label = f"{kind} {i} ('{v.name}': {v.type})" if v.name else f"{kind} {i} ({v.type})"
+            if batch is None or v.type.shape[:1] != (batch,):
+                raise ValueError(f"Predictor: {label} does not lead with a symbolic "
+                                 f"batch dimension shared by all inputs and outputs; trace the program with "
+                                 f"pj.InputSpec((None, ...))")
+            others = [d for d in v.type.shape[1:] if isinstance(d, str)]
+            if others:
+                raise ValueError(f"Predictor: {label} has symbolic sizes {others} "
+                                 f"besides the batch; only the batch dimension may vary")
+    return batch
+
+
+def _param_bytes(program: Program) -> int:
+    return sum(np.size(p) * np.dtype(p.dtype).itemsize for p in program.used_params().values())

@@ -1,0 +1,295 @@
+"""Fusion passes for inference: fold batch norms into the conv/linear before them, fuse bias
+adds and activations into the op that computes into them, and cancel transposes.
+
+- ``fold_conv_bn`` / ``fold_linear_bn``: an inference-mode ``batch_norm`` that is the only
+  reader of a conv2d / depthwise_conv2d / linear with parameter weights becomes that op with new
+  parameters ``w * s`` and ``(b - mean) * s + beta``, ``s = gamma / sqrt(var + eps)`` per output
+  channel (named ``<weight>.folded`` and ``<bias>.folded``; ``dce`` then drops the old ones).
+  Tolerance: float32 rounding of the folded weights, about 1e-5 relative.
+- ``fuse_bias_act``: conv2d / depthwise_conv2d / linear without a bias, followed by an add of a
+  per-channel vector, takes the vector as its bias input; an activation that is the only reader
+  of such an op becomes its ``act`` attribute. Exact up to float rounding (1e-6).
+- ``fuse_elementwise_act``: the same for an activation after an ``elementwise_*`` binary op.
+- ``eliminate_transposes``: ``transpose(transpose(x, p), q)`` becomes ``x`` when the two cancel
+  and one transpose by the composed permutation otherwise; identity transposes disappear. Exact.
+
+Intermediate values must have no other readers, so nothing is computed twice.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda x: pj.ops.relu(pj.ops.elementwise_add(x, x)), jnp.ones(3))
+>>> print(pj.passes.run(prog, "fuse_elementwise_act"))
+program @<lambda>(%x: f32[3]) -> (f32[3]) {
+  %0 = elementwise_add(%x, %x) {act="relu"} : f32[3]
+  return %0
+}
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from paddlejax.ir.core import Op, Program, TensorType, Value
+from paddlejax.ir.rewriter import Rewriter
+from paddlejax.ops.activation import as_fused_activation
+from paddlejax.ops.common import channel_axis
+from paddlejax.passes.base import register_pass
+from paddlejax.passes.rewrite import PatternPass, RewritePattern
+
+CONVS = ("conv2d", "depthwise_conv2d")
+ELEMENTWISE = ("elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+               "elementwise_max", "elementwise_min", "elementwise_pow")
+_RESHAPES = ("reshape", "lax.reshape", "lax.broadcast_in_dim")
+_TRANSPOSES = {"transpose": "perm", "lax.transpose": "permutation"}
+
+
+def _only_reader(v: Value, op: Op) -> bool:
+    """``op`` reads ``v`` once and nothing else reads it (a program output counts as a reader)."""
+    return len(v.uses) == 1 and v.uses[0][0] is op
+
+
+def _channel_axis(op: Op) -> int:
+    """The output-channel axis of a conv or linear result."""
+    rank = len(op.result.type.shape)
+    return channel_axis(op.attrs["data_format"], rank) if op.type in CONVS else rank - 1
+
+
+def _stored_array(program: Program, v: Value) -> np.ndarray | None:
+    """The value of a parameter or named constant, or None for anything computed."""
+    op = v.producer
+    if op is not None and op.type == "param":
+        return np.asarray(program.params[op.attrs["name"]])
+    if op is not None and op.type == "constant" and "name" in op.attrs:
+        return np.asarray(program.constants[op.attrs["name"]])
+    return None
+
+
+def _new_param(rewriter: Rewriter, base: str, value: np.ndarray) -> Value:
+    """A new parameter named ``base`` (made unique) holding ``value``, declared with the others."""
+    program = rewriter.program
+    name, k = base, 1
+    while name in program.params:
+        name, k = f"{base}_{k}", k + 1
+    program.params[name] = jnp.asarray(value)
+    anchor = next(op for op in program.body.ops if op.type != "param")
+    return rewriter.insert_before(anchor, Op("param", [], [TensorType.of(value)], {"name": name})).result
+
+
+@dataclasses.dataclass(frozen=True)
+class _FoldBatchNorm(RewritePattern):
+    """``batch_norm(producer(x, w[, b]))`` in inference mode -> ``producer(x, w', b')``."""
+
+    producers: tuple[str, ...]
+    weight_axis: int  # the output-channel axis of the producer's weight
+
+    @property
+    def label(self) -> str:
+        return "folded"
+
+    def match_and_rewrite(self, bn: Op, rewriter: Rewriter) -> bool:
+        if bn.type != "batch_norm" or bn.attrs["training"] or any(r.uses for r in bn.results[1:]):
+            return False
+        x = bn.operands[0]
+        op = x.producer
+        if op is None or op.type not in self.producers or op.attrs.get("act") is not None \
+                or not _only_reader(x, bn):
+            return False
+        if _channel_axis(op) != channel_axis(bn.attrs["data_format"], len(x.type.shape)):
+            return False
+        stored = [_stored_array(rewriter.program, v) for v in op.operands[1:] + bn.operands[1:]]
+        if any(a is None for a in stored):
+            return False
+        w, b = stored[0], (stored[1] if len(op.operands) == 3 else None)
+        mean, var, *affine = stored[len(op.operands) - 1:]
+        gamma, beta = (affine + [None, None])[:2]
+        c = w.shape[self.weight_axis]
+        f64 = lambda a, default: np.full(c, default) if a is None else a.astype(np.float64)  # noqa: E731
+        scale = f64(gamma, 1.0) / np.sqrt(f64(var, 0.0) + bn.attrs["epsilon"])
+        shape = [1] * w.ndim
+        shape[self.weight_axis] = c
+        new_w = (w.astype(np.float64) * scale.reshape(shape)).astype(w.dtype)
+        new_b = ((f64(b, 0.0) - f64(mean, 0.0)) * scale + f64(beta, 0.0)).astype(w.dtype)
+        w_name = op.operands[1].producer.attrs["name"]  # a param or named constant: both are named
+        b_name = f"{op.operands[2].producer.attrs['name']}.folded" if b is not None else f"{w_name}.folded_bias"
+        operands = [op.operands[0], _new_param(rewriter, f"{w_name}.folded", new_w),
+                    _new_param(rewriter, b_name, new_b)]
+        fused = rewriter.insert_before(bn, Op(op.type, operands, [x.type], op.attrs, loc=op.loc))
+        rewriter.replace_all_uses_with(bn.results[0], fused.result)
+        rewriter.erase_op(bn)
+        rewriter.erase_op(op)
+        return True
+
+
+def _per_channel_vector(rewriter: Rewriter, anchor: Op, v: Value, out: TensorType, axis: int) -> Value | None:
+    """``v`` as a ``[C]`` vector if, broadcast against ``out``, it varies along ``axis`` only."""
+    c, rank = out.shape[axis], len(out.shape)
+    shape = v.type.shape
+    offset = rank - len(shape)
+    if offset < 0 or offset > axis or v.type.dtype != out.dtype or \
+            any(d != (c if offset + i == axis else 1) for i, d in enumerate(shape)):
+        return None
+    if shape == (c,):
+        return v
+    source = v.producer.operands[0] if v.producer is not None and v.producer.type in _RESHAPES else None
+    if source is not None and source.type.shape == (c,):
+        return source
+    return rewriter.insert_before(anchor, Op("reshape", [v], [TensorType((c,), out.dtype)], {"shape": (c,)})).result
+
+
+class _FuseBias(RewritePattern):
+    """``add(op(x, w), bias)`` with a per-channel ``bias`` -> ``op(x, w, bias)``."""
+
+    label = "biases"
+
+    def match_and_rewrite(self, add: Op, rewriter: Rewriter) -> bool:
+        if add.type not in ("elementwise_add", "lax.add"):
+            return False
+        for i, v in enumerate(add.operands):
+            op = v.producer
+            if op is None or op.type not in (*CONVS, "linear") or len(op.operands) != 2 \
+                    or op.attrs.get("act") is not None or not _only_reader(v, add) or v.type != add.result.type:
+                continue
+            bias = _per_channel_vector(rewriter, add, add.operands[1 - i], v.type, _channel_axis(op))
+            if bias is None:
+                continue
+            attrs = {**op.attrs, "act": add.attrs.get("act"), "act_alpha": add.attrs.get("act_alpha")}
+            fused = rewriter.insert_before(add, Op(op.type, [*op.operands, bias], [v.type], attrs, loc=op.loc))
+            rewriter.replace_op(add, [fused.result])
+            rewriter.erase_op(op)
+            return True
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _FuseActivation(RewritePattern):
+    """``act(op(...))`` -> ``op(...) {act}`` for ``op`` among ``producers``."""
+
+    producers: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return "activations"
+
+    def match_and_rewrite(self, act: Op, rewriter: Rewriter) -> bool:
+        fused = as_fused_activation(act.type, act.attrs)
+        if fused is None or not act.operands:
+            return False
+        v = act.operands[0]
+        op = v.producer
+        if op is None or op.type not in self.producers or op.attrs.get("act") is not None \
+                or not _only_reader(v, act) or v.type != act.result.type:
+            return False
+        for key, value in fused.items():
+            rewriter.set_attr(op, key, value)
+        rewriter.replace_op(act, [v])
+        return True
+
+
+class _ComposeTransposes(RewritePattern):
+    """Identity transposes vanish; a transpose of a transpose becomes one (or none)."""
+
+    label = "transposes"
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        if op.type not in _TRANSPOSES:
+            return False
+        outer = tuple(op.attrs[_TRANSPOSES[op.type]])
+        x = op.operands[0]
+        if outer == tuple(range(len(outer))):
+            rewriter.replace_op(op, [x])
+            return True
+        inner_op = x.producer
+        if inner_op is None or inner_op.type not in _TRANSPOSES:
+            return False
+        inner = inner_op.attrs[_TRANSPOSES[inner_op.type]]
+        source = inner_op.operands[0]
+        perm = tuple(inner[i] for i in outer)  # out axis i is x axis outer[i], i.e. source axis inner[outer[i]]
+        if perm == tuple(range(len(perm))):
+            rewriter.replace_op(op, [source])
+        else:
+            new = Op(op.type, [source], [op.result.type], {**op.attrs, _TRANSPOSES[op.type]: perm}, loc=op.loc)
+            rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
+        if not x.uses:
+            rewriter.erase_op(inner_op)
+        return True
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class FoldConvBatchNorm(PatternPass):
+    """Fold inference-mode batch norms into the conv2d / depthwise_conv2d before them (NCHW or
+    NHWC; with or without a conv bias). See the module doc; tolerance about 1e-5 relative.
+
+    >>> import paddlejax as pj
+    >>> model = pj.nn.Sequential(pj.nn.Conv2D(3, 4, 3), pj.nn.BatchNorm2D(4))
+    >>> model.eval()
+    >>> prog = pj.to_static(model, pj.InputSpec((None, 3, 8, 8)))
+    >>> [op.type for op in pj.passes.run(prog, "fold_conv_bn,dce").walk()]
+    ['param', 'param', 'conv2d', 'return']
+    """
+
+    name = "fold_conv_bn"
+
+    def patterns(self) -> list[RewritePattern]:
+        return [_FoldBatchNorm(CONVS, weight_axis=0)]
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class FoldLinearBatchNorm(PatternPass):
+    """Fold inference-mode batch norms over the features into the linear before them.
+    Tolerance about 1e-5 relative."""
+
+    name = "fold_linear_bn"
+
+    def patterns(self) -> list[RewritePattern]:
+        return [_FoldBatchNorm(("linear",), weight_axis=1)]
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class FuseBiasActivation(PatternPass):
+    """Fuse per-channel bias adds and activations into conv2d / depthwise_conv2d / linear.
+    Tolerance 1e-6 (the same operations in the same order).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda p, x: pj.ops.relu(pj.ops.linear(x, p["w"]) + p["b"]), jnp.ones((2, 3)),
+    ...                 params={"w": jnp.ones((3, 4)), "b": jnp.ones(4)})
+    >>> [(op.type, op.attrs.get("act")) for op in pj.passes.run(prog, "fuse_bias_act,dce").walk()]
+    [('param', None), ('param', None), ('linear', 'relu'), ('return', None)]
+    """
+
+    name = "fuse_bias_act"
+
+    def patterns(self) -> list[RewritePattern]:
+        return [_FuseBias(), _FuseActivation((*CONVS, "linear"))]
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class FuseElementwiseActivation(PatternPass):
+    """Fuse an activation into the ``elementwise_*`` op before it. Tolerance 1e-6."""
+
+    name = "fuse_elementwise_act"
+
+    def patterns(self) -> list[RewritePattern]:
+        return [_FuseActivation(ELEMENTWISE)]
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class EliminateTransposes(PatternPass):
+    """Cancel inverse transpose pairs, compose the others into one, drop identity transposes.
+    Exact.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: x.T.T, jnp.ones((2, 3)))
+    >>> [op.type for op in pj.passes.run(prog, "eliminate_transposes").walk()]
+    ['return']
+    """
+
+    name = "eliminate_transposes"
+
+    def patterns(self) -> list[RewritePattern]:
+        return [_ComposeTransposes()]

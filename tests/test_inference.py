@@ -1,0 +1,170 @@
+"""Program.compile and the inference Predictor: buckets, padding, chunks, frozen parameters, errors."""
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import paddlejax as pj
+from paddlejax import nn
+from paddlejax.inference import Config, Predictor
+
+
+class TinyCNN(nn.Layer):
+    def __init__(self):
+        self.conv = nn.Conv2D(2, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2D(4)
+        self.fc = nn.Linear(4 * 4 * 4, 3)
+
+    def __call__(self, x):
+        return self.fc(pj.ops.relu(self.bn(self.conv(x * 1.0))).reshape(x.shape[0], -1))
+
+
+@pytest.fixture(scope="module")
+def prog():
+    nn.seed(0)
+    model = TinyCNN()
+    model.eval()
+    return pj.to_static(model, pj.InputSpec((None, 2, 4, 4)))
+
+
+def batch(n, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, 2, 4, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_compile_ahead_of_time_matches_the_program(prog, freeze):
+    x = batch(3)
+    f = prog.compile(jax.ShapeDtypeStruct(x.shape, x.dtype), freeze_params=freeze)
+    np.testing.assert_allclose(f(x), prog(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError):  # an ahead-of-time executable takes only the shapes it was built for
+        f(batch(2))
+
+
+def test_frozen_parameters_are_constants_not_arguments(prog):
+    spec = jax.ShapeDtypeStruct((2, 2, 4, 4), "float32")
+    args = prog.compile(spec).func.memory_analysis().argument_size_in_bytes
+    frozen = prog.compile(spec, freeze_params=True).func.memory_analysis().argument_size_in_bytes
+    assert frozen == 2 * 2 * 4 * 4 * 4
+    assert args == frozen + 4 * prog.num_params()
+
+
+def test_compile_is_a_snapshot_of_the_program():
+    p = pj.trace(lambda p, x: x * p["s"], jnp.ones(2), params={"s": jnp.float32(2.0)})
+    f = p.compile()
+    p.params["s"] = jnp.float32(5.0)
+    assert f(jnp.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_config_buckets_and_pipeline():
+    assert Config(max_batch_size=8).buckets() == (1, 2, 4, 8)
+    assert Config(max_batch_size=5, batch_buckets=(3,)).buckets() == (3, 5)
+    assert Config().pipeline() == "inference"
+    assert Config(passes="dce", precision="bf16").pipeline() == "dce,amp{dtype=bfloat16}"
+    assert Config(passes="").pipeline() == ""
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_batch_size": 0}, "max_batch_size must be a positive int, got 0"),
+    ({"precision": "fp16"}, "precision must be one of \\('fp32', 'bf16'\\), got 'fp16'"),
+    ({"max_batch_size": 4, "batch_buckets": (2, 8)}, "batch_buckets must be sizes in 1..max_batch_size=4"),
+])
+def test_bad_configs_are_explained(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Config(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def predictor(prog):
+    return Predictor(prog, Config(max_batch_size=4))
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 9, 0])
+def test_outputs_equal_the_programs_on_any_batch_size(prog, predictor, n):
+    x = batch(n, seed=n)
+    out = predictor.run(x)
+    assert isinstance(out, np.ndarray) and out.shape == (n, 3)
+    np.testing.assert_allclose(out, prog(x), rtol=1e-5, atol=1e-5)
+
+
+def test_default_predictor_runs_the_inference_pipeline_with_frozen_parameters(predictor):
+    assert predictor.buckets == (1, 2, 4) and predictor.freeze_params  # small model on CPU
+    ops = [op.type for op in predictor.program.walk()]
+    assert "lax.mul" not in ops  # eliminate_identity removed ``x * 1.0``
+    assert "Predictor TinyCNN: buckets (1, 2, 4), frozen parameters on cpu" in repr(predictor)
+
+
+def test_no_compilation_after_construction(prog, predictor, caplog):
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        prog(batch(7))  # a plain program call with a new size compiles, and the log sees it
+        assert any("Compiling" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        for n in range(1, 10):
+            predictor(batch(n))
+    assert [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()] == []
+    assert predictor.num_compilations == 3
+
+
+def test_frozen_and_argument_parameters_agree(prog):
+    x = batch(3)
+    frozen = Predictor(prog, Config(max_batch_size=4, freeze_params=True, passes=""))
+    args = Predictor(prog, Config(max_batch_size=4, freeze_params=False, passes=""))
+    assert frozen.freeze_params and not args.freeze_params
+    np.testing.assert_allclose(frozen(x), args(x), rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_precision_casts_and_stays_close(prog):
+    x = batch(2)
+    bf16 = Predictor(prog, Config(max_batch_size=2, precision="bf16"))
+    assert "cast" in [op.type for op in bf16.program.walk()]
+    out = bf16(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, prog(x), rtol=0.05, atol=0.05)
+
+
+def test_a_saved_program_path_works(prog, tmp_path):
+    pj.save(prog, tmp_path / "tiny")
+    x = batch(3)
+    np.testing.assert_allclose(Predictor(tmp_path / "tiny", Config(max_batch_size=2))(x), prog(x),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(Predictor(str(tmp_path / "tiny"), Config(max_batch_size=2))(x), prog(x),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_several_inputs_and_outputs_keep_their_structure():
+    p = pj.trace(lambda p, x, y: {"sum": x @ p["w"] + y, "x": x}, pj.InputSpec((None, 2)), pj.InputSpec((None, 3)),
+                 params={"w": jnp.ones((2, 3))})
+    x, y = np.ones((5, 2), np.float32), np.full((5, 3), 2.0, np.float32)
+    out = Predictor(p, Config(max_batch_size=2))(x, y)
+    assert out["sum"].tolist() == [[4.0] * 3] * 5 and out["x"].shape == (5, 2)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ((np.zeros((2, 2, 4, 4)),),
+     "input 'x' expects f32\\[b,2,4,4\\] \\(batch dimension 'b' first\\), got float64\\[2, 2, 4, 4\\]"),
+    ((np.zeros((2, 3, 4, 4), np.float32),), "input 'x' expects f32\\[b,2,4,4\\].*got float32\\[2, 3, 4, 4\\]"),
+    ((np.zeros((2, 4, 4), np.float32),), "input 'x' expects f32\\[b,2,4,4\\].*got float32\\[2, 4, 4\\]"),
+])
+def test_bad_inputs_name_the_input(predictor, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        predictor(*inputs)
+
+
+def test_wrong_number_of_inputs_and_disagreeing_batches():
+    p = pj.trace(lambda x, y: x + y, pj.InputSpec((None, 2)), pj.InputSpec((None, 2)))
+    predictor = Predictor(p, Config(max_batch_size=2))
+    with pytest.raises(TypeError, match="expects inputs structured as"):
+        predictor(np.ones((1, 2), np.float32))
+    with pytest.raises(ValueError, match="inputs disagree on the batch size \\('x': 1, 'y': 2\\)"):
+        predictor(np.ones((1, 2), np.float32), np.ones((2, 2), np.float32))
+
+
+@pytest.mark.parametrize("fn, specs, message", [
+    (lambda x: x * 2.0, [pj.InputSpec((3, 2))], "input 0 \\('x': f32\\[3,2\\]\\) does not lead with a symbolic batch"),
+    (lambda x: x.sum(), [pj.InputSpec((None, 2))], "output 0 \\(f32\\[\\]\\) does not lead with a symbolic batch"),
+    (lambda x: x * 2.0, [pj.InputSpec((None, "n"))], "input 0 \\('x': f32\\[b,n\\]\\) has symbolic sizes \\['n'\\]"),
+])
+def test_programs_without_a_batch_dimension_are_refused(fn, specs, message):
+    with pytest.raises(ValueError, match=message):
+        Predictor(pj.trace(fn, *specs), Config(max_batch_size=2))
