@@ -1,0 +1,120 @@
+"""Inference latency of programs before and after the optimisation passes, pass by pass.
+
+Models (eval mode, batch 32, 32x32x3 images): SmallCNN -- 3 x [conv3x3 without bias ->
+batch_norm -> relu -> maxpool 2x2] with 32/64/128 channels, flatten, linear 2048 -> 10 -- and
+ResNet-18 and MobileNetV2 from the zoo. Each model is traced in Paddle's NCHW layout; the rows
+add the passes of the inference pipeline one group at a time (parameters as arguments of the
+executable), then freeze the parameters into it, then show the same network built in NHWC.
+All variants of a model are timed side by side in one process (alternating calls, medians) and
+checked against the unoptimised program's outputs.
+
+    python benchmarks/passes.py            # full run (a few minutes on 2 CPU cores)
+    python benchmarks/passes.py --quick    # a smoke test
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import paddlejax as pj
+from paddlejax import nn
+from paddlejax.models import mobilenet_v2, resnet18
+from timing import alternate, machine
+
+CLEANUP = "eliminate_identity,fold_constants,cse,dce"
+STAGES = [  # (label, pipeline, frozen parameters)
+    ("as traced", "", False),
+    ("cleanup", CLEANUP, False),
+    ("+ fold_conv_bn, fold_linear_bn", f"{CLEANUP},fold_conv_bn,fold_linear_bn,dce", False),
+    ("+ fuse_bias_act, fuse_elementwise_act", f"{CLEANUP},fold_conv_bn,fold_linear_bn,fuse_bias_act,"
+                                              "fuse_elementwise_act,dce", False),
+    ("inference pipeline", "inference", False),
+    ("inference pipeline, frozen params", "inference", True),
+]
+
+
+class SmallCNN(nn.Layer):
+    """3 x [conv3x3 (no bias) -> BN -> ReLU -> maxpool 2x2] (32/64/128), flatten, linear 2048 -> 10."""
+
+    def __init__(self, data_format: str = "NCHW", image: int = 32):
+        layers, cin = [], 3
+        for cout in (32, 64, 128):
+            layers += [nn.Conv2D(cin, cout, 3, padding=1, bias_attr=False, data_format=data_format),
+                       nn.BatchNorm2D(cout, data_format=data_format), nn.ReLU(),
+                       nn.MaxPool2D(2, data_format=data_format)]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.nhwc = data_format == "NHWC"
+        self.fc = nn.Linear(128 * (image // 8) ** 2, 10)
+
+    def forward(self, x):
+        x = self.features(x)
+        if self.nhwc:  # flatten in NCHW order, so both layouts share the head's weights
+            x = pj.ops.transpose(x, perm=(0, 3, 1, 2))
+        return self.fc(pj.ops.reshape(x, shape=(0, -1)))
+
+
+MODELS = {"SmallCNN": SmallCNN,
+          "ResNet-18": lambda data_format, image: resnet18(num_classes=10, data_format=data_format),
+          "MobileNetV2": lambda data_format, image: mobilenet_v2(num_classes=10, data_format=data_format)}
+
+
+def randomise_statistics(model) -> None:
+    """Give every batch norm non-trivial running statistics, so folding them is real work."""
+    rng = np.random.default_rng(1)
+    statistics = {name: rng.normal(0, 0.1, v.shape) if name.endswith(".mean") else rng.uniform(0.5, 1.5, v.shape)
+                  for name, v in nn.state_dict(model).items() if name.endswith((".mean", ".variance"))}
+    nn.set_state_dict(model, statistics, strict=False)
+
+
+def variants(name: str, batch: int, image: int) -> tuple[dict, np.ndarray, dict]:
+    """The compiled variants of one model, the input, and each variant's op count."""
+    nn.seed(0)
+    model = MODELS[name](data_format="NCHW", image=image)
+    randomise_statistics(model)
+    model.eval()
+    x = np.random.default_rng(0).normal(size=(batch, 3, image, image)).astype(np.float32)
+    traced = pj.to_static(model, pj.InputSpec((None, 3, image, image)))
+    runs, ops = {}, {}
+    for label, pipeline, frozen in STAGES:
+        prog = pj.passes.run(traced, pipeline) if pipeline else traced
+        runs[label] = (prog.compile(x, freeze_params=frozen), x)
+        ops[label] = sum(1 for op in prog.walk() if op.type not in ("param", "constant", "return"))
+    nhwc = MODELS[name](data_format="NHWC", image=image)
+    nn.set_state_dict(nhwc, nn.state_dict(model))
+    nhwc.eval()
+    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    prog = pj.passes.run(pj.to_static(nhwc, pj.InputSpec((None, image, image, 3))), "inference")
+    label = "inference pipeline, frozen params, NHWC"
+    runs[label] = (prog.compile(x_nhwc, freeze_params=True), x_nhwc)
+    ops[label] = sum(1 for op in prog.walk() if op.type not in ("param", "constant", "return"))
+    return runs, x, ops
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="batch 2, 16x16 images, few repeats (smoke test)")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
+    p.add_argument("--repeats", type=int, default=None)
+    args = p.parse_args(argv)
+    batch, image = (2, 16) if args.quick else (32, 32)
+    repeats = args.repeats or (3 if args.quick else 30)
+    print(machine())
+    print(f"batch {batch}, {image}x{image}x3 images, fp32, medians of {repeats} alternating calls\n")
+    for name in args.models.split(","):
+        runs, x, ops = variants(name, batch, image)
+        reference = np.asarray(runs["as traced"][0](x))
+        errors = {k: float(np.abs(np.asarray(f(a)) - reference).max()) for k, (f, a) in runs.items()}
+        ms = alternate({k: (lambda f=f, a=a: f(a)) for k, (f, a) in runs.items()}, 2, repeats)
+        base = ms["as traced"]
+        print(f"{name}")
+        print(f"  {'variant':<44}{'ops':>5}{'ms':>10}{'speed-up':>10}{'max |diff|':>12}")
+        for label in runs:
+            print(f"  {label:<44}{ops[label]:>5}{ms[label]:>10.2f}{base / ms[label]:>9.2f}x{errors[label]:>12.2e}")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
