@@ -4,6 +4,8 @@ Called under ``jax.jit`` (``prog(x)``) the interpreter runs once, at trace time,
 the same primitives the captured function did, so XLA compiles the same program. Under
 ``jax.grad`` it is an ordinary JAX function. Consecutive ops marked ``remat_segment=k`` (by
 the ``remat`` pass) run as one ``jax.checkpoint`` function, recomputed in the backward pass.
+An op marked ``kernel="name"`` (by the ``autotune`` pass) runs its registered variant of that
+name inline instead of binding the op's primitive.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x: x * 2.0, jnp.ones(3))
@@ -136,8 +138,19 @@ def lower_op(op: Op, args: list, ctx) -> list:
         out = prim.bind(*args, **attrs)
         return list(out) if prim.multiple_results else [out]
     opdef = registry.get(op.type)
-    out = opdef.bind(*args, **attrs)
+    out = _kernel(op, opdef)(*args, **attrs)
     return list(out) if opdef.multiple_results else [out]
+
+
+def _kernel(op: Op, opdef) -> Callable:
+    """What runs ``op``: its primitive, or the variant its ``kernel`` annotation names."""
+    name = op.attrs.get("kernel")
+    if name is None:
+        return opdef.bind
+    if name not in opdef.variants:
+        raise ValueError(f"op {op.type}: unknown kernel variant '{name}'; "
+                         f"known: {', '.join(sorted(opdef.variants)) or 'none'}")
+    return opdef.variants[name]
 
 
 def _param(op, args, ctx):

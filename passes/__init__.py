@@ -17,3 +17,5 @@ from paddlejax.passes.amp import AutoMixedPrecision  # noqa: F401
 from paddlejax.passes.fusion import (EliminateTransposes, FoldConvBatchNorm, FoldLinearBatchNorm,  # noqa: F401
                                      FuseBiasActivation, FuseElementwiseActivation)
 from paddlejax.passes.memory import InplaceReuse, Remat, compare_with_xla, liveness, plan_inplace  # noqa: F401
+from paddlejax.passes.autotune import Autotune, AutotuneCacheWarning, Decision, TuneCache  # noqa: F401
+from paddlejax.passes.attention import FuseAttention  # noqa: F401

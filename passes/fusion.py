@@ -41,10 +41,10 @@ CONVS = ("conv2d", "depthwise_conv2d")
 ELEMENTWISE = ("elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
                "elementwise_max", "elementwise_min", "elementwise_pow")
 _RESHAPES = ("reshape", "lax.reshape", "lax.broadcast_in_dim")
-_TRANSPOSES = {"transpose": "perm", "lax.transpose": "permutation"}
+TRANSPOSES = {"transpose": "perm", "lax.transpose": "permutation"}
 
 
-def _only_reader(v: Value, op: Op) -> bool:
+def only_reader(v: Value, op: Op) -> bool:
     """``op`` reads ``v`` once and nothing else reads it (a program output counts as a reader)."""
     return len(v.uses) == 1 and v.uses[0][0] is op
 
@@ -93,7 +93,7 @@ class _FoldBatchNorm(RewritePattern):
         x = bn.operands[0]
         op = x.producer
         if op is None or op.type not in self.producers or op.attrs.get("act") is not None \
-                or not _only_reader(x, bn):
+                or not only_reader(x, bn):
             return False
         if _channel_axis(op) != channel_axis(bn.attrs["data_format"], len(x.type.shape)):
             return False
@@ -148,7 +148,7 @@ class _FuseBias(RewritePattern):
         for i, v in enumerate(add.operands):
             op = v.producer
             if op is None or op.type not in (*CONVS, "linear") or len(op.operands) != 2 \
-                    or op.attrs.get("act") is not None or not _only_reader(v, add) or v.type != add.result.type:
+                    or op.attrs.get("act") is not None or not only_reader(v, add) or v.type != add.result.type:
                 continue
             bias = _per_channel_vector(rewriter, add, add.operands[1 - i], v.type, _channel_axis(op))
             if bias is None:
@@ -178,7 +178,7 @@ class _FuseActivation(RewritePattern):
         v = act.operands[0]
         op = v.producer
         if op is None or op.type not in self.producers or op.attrs.get("act") is not None \
-                or not _only_reader(v, act) or v.type != act.result.type:
+                or not only_reader(v, act) or v.type != act.result.type:
             return False
         for key, value in fused.items():
             rewriter.set_attr(op, key, value)
@@ -192,23 +192,23 @@ class _ComposeTransposes(RewritePattern):
     label = "transposes"
 
     def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
-        if op.type not in _TRANSPOSES:
+        if op.type not in TRANSPOSES:
             return False
-        outer = tuple(op.attrs[_TRANSPOSES[op.type]])
+        outer = tuple(op.attrs[TRANSPOSES[op.type]])
         x = op.operands[0]
         if outer == tuple(range(len(outer))):
             rewriter.replace_op(op, [x])
             return True
         inner_op = x.producer
-        if inner_op is None or inner_op.type not in _TRANSPOSES:
+        if inner_op is None or inner_op.type not in TRANSPOSES:
             return False
-        inner = inner_op.attrs[_TRANSPOSES[inner_op.type]]
+        inner = inner_op.attrs[TRANSPOSES[inner_op.type]]
         source = inner_op.operands[0]
         perm = tuple(inner[i] for i in outer)  # out axis i is x axis outer[i], i.e. source axis inner[outer[i]]
         if perm == tuple(range(len(perm))):
             rewriter.replace_op(op, [source])
         else:
-            new = Op(op.type, [source], [op.result.type], {**op.attrs, _TRANSPOSES[op.type]: perm}, loc=op.loc)
+            new = Op(op.type, [source], [op.result.type], {**op.attrs, TRANSPOSES[op.type]: perm}, loc=op.loc)
             rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
         if not x.uses:
             rewriter.erase_op(inner_op)

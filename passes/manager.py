@@ -69,7 +69,8 @@ def _convert(cls: type[Pass], key: str, raw: str):
 
 # Passes the inference pipeline runs, in order, when they are registered (see inference_pipeline).
 INFERENCE_PIPELINE = ["eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
-                      "fuse_elementwise_act", "eliminate_transposes", "cse", "dce", "autotune", "memory_plan"]
+                      "fuse_elementwise_act", "fuse_attention", "eliminate_transposes", "cse", "dce", "autotune",
+                      "memory_plan"]
 
 _PIPELINES: dict[str, Callable[[], str]] = {}
 

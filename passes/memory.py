@@ -188,7 +188,13 @@ def plan_inplace(program: Program, sizes: dict | None = None) -> InplacePlan:
     return InplacePlan(reuses, live.peak_bytes, live.with_reuse(donors).peak_bytes)
 
 
-def _parse_sizes(text: str) -> dict[str, int]:
+def parse_sizes(text: str) -> dict[str, int]:
+    """A pass's ``sizes`` option (``"b=32"``, several joined by ``:`` as commas separate
+    options on a command line) as a dict.
+
+    >>> parse_sizes("b=32:s=128")
+    {'b': 32, 's': 128}
+    """
     sizes = {}
     for item in filter(None, text.replace(":", ",").split(",")):
         name, eq, value = item.partition("=")
@@ -211,7 +217,7 @@ class InplaceReuse(Pass):
     sizes: str = ""
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
-        plan = plan_inplace(program, _parse_sizes(self.sizes))
+        plan = plan_inplace(program, parse_sizes(self.sizes))
         if ctx is not None:
             ctx.cache["inplace_plan"] = plan
         return PassResult(False, {"reuses": len(plan.reuses), "bytes_saved": plan.saved_bytes})
@@ -327,7 +333,7 @@ class Remat(Pass):
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         if self.budget <= 0:
             raise ValueError(f"remat: budget expects a positive number of bytes, got {self.budget}")
-        sizes = _parse_sizes(self.sizes)
+        sizes = parse_sizes(self.sizes)
         before = stored_bytes(program, sizes)
         if before <= self.budget:
             return PassResult(False, {"segments": 0, "stored_bytes": before})

@@ -53,3 +53,28 @@ def test_missing_parameter_is_named():
     prog = pj.trace(mlp, jnp.ones((1, 4)), params=params())
     with pytest.raises(KeyError, match="parameter 'w2' is missing"):
         prog.apply({"w1": jnp.ones((4, 8)), "b1": jnp.zeros(8)}, jnp.ones((1, 4)))
+
+
+def conv_program():
+    w = jax.random.normal(jax.random.PRNGKey(2), (4, 3, 3, 3))
+    return pj.trace(lambda p, x: pj.ops.conv2d(x, p["w"], padding=1), pj.InputSpec((2, 3, 6, 6)), params={"w": w})
+
+
+def test_kernel_annotation_runs_that_variant():
+    prog, x = conv_program(), jax.random.normal(jax.random.PRNGKey(3), (2, 3, 6, 6))
+    want = prog(x)
+    conv = next(op for op in prog.walk() if op.type == "conv2d")
+    pj.ir.Rewriter(prog).set_attr(conv, "kernel", "shifted_matmul")
+    jaxpr = str(jax.make_jaxpr(lambda p, x: prog.apply(p, x))(prog.params, x))
+    assert "conv_general_dilated" not in jaxpr and "conv2d" not in jaxpr and "dot_general" in jaxpr
+    np.testing.assert_allclose(prog(x), want, rtol=1e-4, atol=1e-4)
+    grad = jax.grad(lambda q: prog.apply(q, x).sum())(prog.params)["w"]
+    assert grad.shape == (4, 3, 3, 3) and bool(jnp.all(jnp.isfinite(grad)))
+
+
+def test_unknown_kernel_variant_is_named():
+    prog = conv_program()
+    conv = next(op for op in prog.walk() if op.type == "conv2d")
+    pj.ir.Rewriter(prog).set_attr(conv, "kernel", "winograd")
+    with pytest.raises(ValueError, match="op conv2d: unknown kernel variant 'winograd'; known: im2col, lax_nhwc"):
+        prog(jnp.ones((2, 3, 6, 6)))

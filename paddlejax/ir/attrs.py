@@ -97,9 +97,10 @@ def dim_symbols(expr: str) -> set[str]:
 
 
 # Attributes that passes record on ops for lowering (``remat_segment``: recompute this op in
-# the backward pass with the others of its segment). They are printed and saved with the op
-# but are not arguments of its kernel.
-ANNOTATIONS = frozenset({"remat_segment"})
+# the backward pass with the others of its segment; ``kernel``: run the op's variant of that
+# name instead of its reference kernel). They are printed and saved with the op but are not
+# arguments of its kernel.
+ANNOTATIONS = frozenset({"remat_segment", "kernel"})
 
 
 def kernel_attrs(attrs: dict) -> dict:

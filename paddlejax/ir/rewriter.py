@@ -90,6 +90,12 @@ class Rewriter:
         op.attrs[key] = value
         self._note(op)
 
+    def remove_attr(self, op: Op, key: str) -> None:
+        """Drop attribute ``key`` of ``op`` (e.g. a pass annotation); a missing key is a no-op."""
+        if key in op.attrs:
+            del op.attrs[key]
+            self._note(op)
+
     # -- removing -------------------------------------------------------------------------
     def erase_op(self, op: Op) -> None:
         """Remove ``op``; its results must be unused."""

@@ -5,6 +5,12 @@
 ``[batch, heads, q_len, k_len]``; ``is_causal`` masks keys after each query (top-left
 aligned). Key/value may have fewer heads than the query (grouped-query attention).
 
+``implementation`` picks the kernel: None (the default) computes attention explicitly in
+(at least) float32 and leaves fusion to XLA; ``"xla"`` and ``"cudnn"`` call
+``jax.nn.dot_product_attention`` with that implementation. cuDNN's fused (flash) attention
+needs an NVIDIA GPU and float16/bfloat16 inputs with a head_dim that is a multiple of 8
+(at most 128 before Hopper); asking for it elsewhere is a clear ValueError.
+
 >>> import jax.numpy as jnp
 >>> from paddlejax.ops.attention import scaled_dot_product_attention
 >>> q = jnp.ones((1, 4, 2, 8))
@@ -45,8 +51,21 @@ def _large_negative(dtype):
     return jnp.asarray(-0.7 * jnp.finfo(dtype).max, dtype)
 
 
-def _sdpa(query, key, value, mask=None, *, is_causal, scale):
+def require_implementation(implementation: str | None) -> None:
+    """Raise a ValueError if ``implementation`` cannot run on this machine's JAX backend.
+
+    >>> require_implementation("xla")
+    """
+    backend = jax.default_backend()
+    if implementation == "cudnn" and backend != "gpu":
+        raise ValueError(f"{_OP}: attribute 'implementation' is 'cudnn', which needs an NVIDIA GPU; "
+                         f"the JAX backend here is '{backend}' (use None or 'xla')")
+
+
+def _sdpa(query, key, value, mask=None, *, is_causal, scale, implementation):
     """softmax(q k^T * scale + mask) v, computed explicitly in (at least) float32."""
+    if implementation is not None:
+        return _jax_nn(query, key, value, mask, is_causal=is_causal, scale=scale, implementation=implementation)
     _check(query, key, value, mask)
     b, sq, h, d = query.shape
     sk, hk = key.shape[1:3]
@@ -65,15 +84,21 @@ def _sdpa(query, key, value, mask=None, *, is_causal, scale):
     return out.reshape(b, sq, h, d).astype(query.dtype)
 
 
-def _sdpa_xla(query, key, value, mask=None, *, is_causal, scale):
-    """jax.nn.dot_product_attention (XLA implementation)."""
+def _jax_nn(query, key, value, mask=None, *, is_causal, scale, implementation):
+    """jax.nn.dot_product_attention with ``implementation`` ("xla" or "cudnn")."""
     _check(query, key, value, mask)
+    require_implementation(implementation)
     if mask is not None:
         mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     is_bool = mask is not None and mask.dtype == jnp.bool_
     return jax.nn.dot_product_attention(query, key, value, bias=None if is_bool else mask,
                                         mask=mask if is_bool else None, scale=scale, is_causal=is_causal,
-                                        implementation="xla")
+                                        implementation=implementation)
+
+
+def _sdpa_xla(query, key, value, mask=None, *, is_causal, scale, implementation=None):
+    """jax.nn.dot_product_attention's XLA implementation, whatever ``implementation`` says."""
+    return _jax_nn(query, key, value, mask, is_causal=is_causal, scale=scale, implementation="xla")
 
 
 def _sdpa_flops(in_shapes, out_shapes, attrs):
@@ -86,5 +111,6 @@ scaled_dot_product_attention = define(
     _OP, _sdpa,
     inputs=[Input("query", rank=4, dtype="float"), Input("key", rank=4, dtype="float"),
             Input("value", rank=4, dtype="float"), Input("mask", rank=(1, 2, 3, 4), optional=True)],
-    attrs={"is_causal": Attr("bool", False), "scale": Attr("float", None, optional=True)},
+    attrs={"is_causal": Attr("bool", False), "scale": Attr("float", None, optional=True),
+           "implementation": Attr("str", None, choices=("xla", "cudnn"), optional=True)},
     variants={"xla": _sdpa_xla}, flops=_sdpa_flops)

@@ -99,20 +99,36 @@ def _im2col(x, w, stride, pads, dil, groups, fmt):
     return from_channels_last(_grouped_matmul(patches, w, groups), fmt)
 
 
-def _shifted_matmul(x, w, stride, pads, dil, groups, fmt):
-    """2-D convolution as a sum over kernel taps of strided-slice matmuls (no patch buffer)."""
-    xl = to_channels_last(x, fmt)
-    xp = jnp.pad(xl, ((0, 0), *pads, (0, 0)))
-    kh, kw = w.shape[2:]
-    out_hw = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(xp.shape[1:3], (kh, kw), stride, dil)]
-    y = 0
-    for i in range(kh):
-        for j in range(kw):
+def _taps(x, w_hw, stride, pads, dil, fmt):
+    """``((i, j), slice)`` per kernel tap: the channels-last input window that tap ``(i, j)``
+    multiplies, strided to the output grid."""
+    xp = jnp.pad(to_channels_last(x, fmt), ((0, 0), *pads, (0, 0)))
+    out_hw = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(xp.shape[1:3], w_hw, stride, dil)]
+    for i in range(w_hw[0]):
+        for j in range(w_hw[1]):
             start = (0, i * dil[0], j * dil[1], 0)
             limit = (xp.shape[0], start[1] + (out_hw[0] - 1) * stride[0] + 1,
                      start[2] + (out_hw[1] - 1) * stride[1] + 1, xp.shape[3])
-            tap = lax.slice(xp, start, limit, (1, *stride, 1))
-            y = y + _grouped_matmul(tap, w[:, :, i, j], groups)
+            yield (i, j), lax.slice(xp, start, limit, (1, *stride, 1))
+
+
+def _shifted_matmul(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution as a sum over kernel taps of strided-slice matmuls (no patch buffer)."""
+    taps = _taps(x, w.shape[2:], stride, pads, dil, fmt)
+    y = sum(_grouped_matmul(tap, w[:, :, i, j], groups) for (i, j), tap in taps)
+    return from_channels_last(y, fmt)
+
+
+def _depthwise_shifted(x, w, stride, pads, dil, groups, fmt):
+    """Depthwise convolution as a sum over kernel taps of elementwise products (no matmul).
+
+    Output channel ``o`` reads input channel ``o // multiplier``, so with a channel
+    multiplier above 1 the input channels are repeated first.
+    """
+    multiplier = w.shape[0] // groups
+    if multiplier > 1:
+        x = jnp.repeat(x, multiplier, axis=channel_axis(fmt, 4))
+    y = sum(tap * w[:, 0, i, j] for (i, j), tap in _taps(x, w.shape[2:], stride, pads, dil, fmt))
     return from_channels_last(y, fmt)
 
 
@@ -139,6 +155,8 @@ def _conv_flops(in_shapes, out_shapes, attrs):
 
 
 _VARIANTS = {"lax_nhwc": _lax_nhwc, "im2col": _im2col, "shifted_matmul": _shifted_matmul}
+# Only for one filter group per input channel, which depthwise_conv2d guarantees.
+_DEPTHWISE_VARIANTS = {**_VARIANTS, "depthwise_shifted": _depthwise_shifted}
 
 
 def _conv_attrs(**extra):
@@ -149,20 +167,21 @@ def _conv_attrs(**extra):
             "data_format": Attr("str", "NCHW", choices=LAYOUTS)}
 
 
-def _define_conv(name, doc, **extra):
+def _define_conv(name, doc, variants, **extra):
     return define(name, _conv_kernel(name, _lax_conv, doc),
                   inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
                           Input("bias", rank=1, dtype="float", optional=True)],
                   attrs={**_conv_attrs(**extra), **fused_activation_attrs()},
-                  variants={v: _conv_kernel(name, impl) for v, impl in _VARIANTS.items()},
+                  variants={v: _conv_kernel(name, impl) for v, impl in variants.items()},
                   flops=_conv_flops)
 
 
 
 conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",
+                      _VARIANTS,
                       groups=Attr("int", 1, minimum=1))
 depthwise_conv2d = _define_conv("depthwise_conv2d", "Depthwise 2-D convolution (groups = in_c), "
-                                "weight [in_c * multiplier, 1, kh, kw].")
+                                "weight [in_c * multiplier, 1, kh, kw].", _DEPTHWISE_VARIANTS)
 
 
 def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, dilation, groups, data_format):

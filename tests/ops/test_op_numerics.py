@@ -43,12 +43,14 @@ def test_conv2d_variants_agree(attrs):
         close(jax.jit(lambda *a, k=kernel: k(*a, **full))(x, w, b), want, 1e-4)
 
 
-@pytest.mark.parametrize("attrs", [dict(padding=1), dict(stride=2, data_format="NHWC")])
+@pytest.mark.parametrize("attrs", [dict(padding=1), dict(stride=2, data_format="NHWC"),
+                                   dict(padding=((2, 0), (1, 1)), dilation=(2, 1), stride=(1, 2))])
 def test_depthwise_variants_agree(attrs):
     x = rand(2, 3, 6, 6) if "data_format" not in attrs else rand(2, 6, 6, 3)
     w = rand(6, 1, 3, 3)
     want = ops.depthwise_conv2d(x, w, **attrs)
     close(want, ops.conv2d(x, w, groups=3, **attrs), 1e-5)
+    assert "depthwise_shifted" in ops.depthwise_conv2d.variants
     for kernel in ops.depthwise_conv2d.variants.values():
         close(kernel(x, w, **ops.depthwise_conv2d.check_attrs(attrs)), want, 1e-4)
 

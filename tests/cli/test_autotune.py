@@ -1,0 +1,58 @@
+"""paddlejax autotune: a table of every candidate kernel per conv op, the cache, the tuned program."""
+import numpy as np
+import pytest
+
+import paddlejax as pj
+from paddlejax.cli.main import main
+from paddlejax.passes import autotune
+
+MS = {"default": 2.0, "lax_nhwc": 3.0, "im2col": 0.5, "shifted_matmul": 1.0, "depthwise_shifted": 0.25}
+
+
+@pytest.fixture
+def saved_cnn(tmp_path):
+    """A saved conv -> depthwise conv program over a symbolic batch: ``(program, path)``."""
+    rng = np.random.default_rng(0)
+    p = {"w": rng.normal(size=(4, 3, 3, 3)).astype(np.float32), "d": rng.normal(size=(4, 1, 3, 3)).astype(np.float32)}
+    prog = pj.trace(lambda p, x: pj.ops.depthwise_conv2d(pj.ops.conv2d(x, p["w"], padding=1), p["d"]),
+                    pj.InputSpec((None, 3, 6, 6)), params=p)
+    pj.save(prog, tmp_path / "m")
+    return prog, tmp_path / "m"
+
+
+@pytest.fixture(autouse=True)
+def fixed_timings(monkeypatch):
+    monkeypatch.setattr(autotune, "measure", lambda candidate, *a, **k: MS[candidate] / 1e3)
+
+
+def test_autotune_prints_a_row_per_conv_and_saves_the_choices(saved_cnn, tmp_path, capsys):
+    cache, out = tmp_path / "c.json", tmp_path / "tuned"
+    assert main(["autotune", str(saved_cnn[1]), "--size", "b=2", "--cache", str(cache), "-o", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("<lambda>: 2 conv ops, ") and lines[0].endswith(f"cache {cache}")
+    assert lines[2].split() == ["#", "op", "input", "shapes", "default", "lax_nhwc", "im2col", "shifted_matmul",
+                                "depthwise_shifted", "chosen", "from"]
+    assert lines[3].split() == ["0", "conv2d", "2x3x6x6,", "4x3x3x3", "2.000", "3.000", "0.500", "1.000", "-",
+                                "im2col", "measured"]
+    assert lines[4].split()[:3] == ["1", "depthwise_conv2d", "2x4x6x6,"] and lines[4].split()[-2:] == [
+        "depthwise_shifted", "measured"]
+    assert lines[5:] == ["tuned 2, cached 0, annotated 2", f"saved {out}"]
+    tuned = pj.load(out)
+    assert [op.attrs.get("kernel") for op in tuned.walk() if "conv" in op.type] == ["im2col", "depthwise_shifted"]
+    x = np.ones((2, 3, 6, 6), np.float32)
+    np.testing.assert_allclose(tuned(x), saved_cnn[0](x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_second_run_reads_the_cache(saved_cnn, tmp_path, capsys):
+    args = ["autotune", str(saved_cnn[1]), "--size", "b=2", "--cache", str(tmp_path / "c.json")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[-1] for line in lines[3:5]] == ["cache", "cache"]
+    assert lines[-1] == "tuned 0, cached 2, annotated 2"
+
+
+def test_bad_size_is_reported(saved_cnn, tmp_path, capsys):
+    assert main(["autotune", str(saved_cnn[1]), "--size", "b", "--cache", str(tmp_path / "c.json")]) == 2
+    assert "paddlejax autotune: error: sizes expects NAME=N items" in capsys.readouterr().err

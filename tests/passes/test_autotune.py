@@ -1,0 +1,195 @@
+"""Autotune: choices recorded as ``kernel`` annotations, the persistent cache, its keys and its
+failure modes. Timings are injected (``autotune.measure``), so no test depends on which kernel
+is really fastest here."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+import paddlejax as pj
+from paddlejax.passes import autotune
+from paddlejax.passes import PassContext
+from paddlejax.passes.autotune import AutotuneCacheWarning, TuneCache, cache_key
+
+FAST_IM2COL = {"default": 5.0, "lax_nhwc": 4.0, "im2col": 1.0, "shifted_matmul": 3.0, "depthwise_shifted": 0.5}
+
+
+def net(p, x):
+    h = pj.ops.relu(pj.ops.conv2d(x, p["w"], p["b"], padding=1))
+    return pj.ops.depthwise_conv2d(h, p["d"], stride=2, padding=1)
+
+
+def params(seed=0):
+    rng = np.random.default_rng(seed)
+    f = lambda *s: (0.3 * rng.normal(size=s)).astype(np.float32)  # noqa: E731
+    return {"w": f(4, 3, 3, 3), "b": f(4), "d": f(4, 1, 3, 3)}
+
+
+@pytest.fixture
+def prog():
+    return pj.trace(net, pj.InputSpec((None, 3, 8, 8)), params=params())
+
+
+@pytest.fixture
+def timings(monkeypatch):
+    """Inject milliseconds per candidate name; ``calls`` lists every candidate timed."""
+    calls, table = [], dict(FAST_IM2COL)
+
+    def fake(candidate, fn, args, *, warmup, repeats, deadline):
+        calls.append(candidate)
+        return table[candidate] / 1e3
+
+    monkeypatch.setattr(autotune, "measure", fake)
+    return table, calls
+
+
+def tune(program, cache, **options):
+    """Run the pass on ``program`` in place: ``(result, decisions)``."""
+    ctx = PassContext()
+    options = {"sizes": "b=2", "cache": str(cache), **options}
+    result = pj.passes.get_pass("autotune", **options).apply(program, ctx)
+    return result, ctx.cache["autotune"]
+
+
+def test_fastest_variant_is_recorded_and_computes_the_same(prog, timings, tmp_path):
+    tuned = prog.clone()
+    result, decisions = tune(tuned, tmp_path / "c.json")
+    assert result.changed and result.stats == {"tuned": 2, "cached": 0, "annotated": 2}
+    assert [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
+    assert re.findall(r'kernel="\w+"', str(tuned)) == ['kernel="im2col"', 'kernel="depthwise_shifted"']
+    # Only the annotation differs from the original listing.
+    assert re.sub(r', kernel="\w+"', "", str(tuned)) == str(prog)
+    assert decisions[0].times_ms == {k: v for k, v in FAST_IM2COL.items() if k != "depthwise_shifted"}
+    x = np.random.default_rng(5).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(tuned(x), prog(x), rtol=1e-4, atol=1e-4)
+
+
+def test_default_winning_leaves_the_program_unchanged(prog, timings, tmp_path):
+    timings[0]["default"] = 0.1
+    before = str(prog)
+    result, decisions = tune(prog, tmp_path / "c.json")
+    assert not result.changed and result.stats["annotated"] == 0
+    assert str(prog) == before and [d.chosen for d in decisions] == ["default"] * 2
+
+
+def test_retuning_removes_a_stale_annotation(prog, timings, tmp_path):
+    tune(prog, tmp_path / "a.json")
+    timings[0]["default"] = 0.1
+    result, _ = tune(prog, tmp_path / "b.json")  # e.g. another machine's cache
+    assert result.changed and "kernel=" not in str(prog)
+
+
+def test_program_without_convs_is_untouched(timings, tmp_path):
+    prog = pj.trace(lambda x: pj.ops.relu(x), pj.InputSpec((None, 4)))
+    before = str(prog)
+    result, decisions = tune(prog, tmp_path / "c.json")
+    assert not result.changed and decisions == [] and str(prog) == before
+    assert timings[1] == [] and not (tmp_path / "c.json").exists()
+
+
+def test_second_run_takes_every_choice_from_the_cache(prog, timings, tmp_path):
+    cache = tmp_path / "c.json"
+    tune(prog.clone(), cache)
+    assert len(timings[1]) == 4 + 5  # conv2d: default and 3 variants; depthwise: default and 4
+    timings[1].clear()
+    again = prog.clone()
+    result, decisions = tune(again, cache)
+    assert timings[1] == [] and result.stats == {"tuned": 0, "cached": 2, "annotated": 2}
+    assert all(d.cached for d in decisions) and [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
+    entries = json.loads(cache.read_text())["entries"]
+    assert sorted(e["chosen"] for e in entries.values()) == ["depthwise_shifted", "im2col"]
+    assert {e["device"] for e in entries.values()} == {autotune.device_kind()}
+
+
+def test_a_new_batch_size_is_a_new_signature(prog, timings, tmp_path):
+    tune(prog.clone(), tmp_path / "c.json")
+    timings[1].clear()
+    result, _ = tune(prog.clone(), tmp_path / "c.json", sizes="b=4")
+    assert result.stats["tuned"] == 2 and len(timings[1]) == 9
+
+
+def test_key_depends_on_signature_device_and_jax_version():
+    sig = {"op": "conv2d", "shapes": [[2, 3, 8, 8], [4, 3, 3, 3]], "dtypes": ["float32"] * 2,
+           "attrs": {"groups": 1}}
+    key = cache_key(sig, "cpu", "0.10.2")
+    assert key == cache_key(json.loads(json.dumps(sig)), "cpu", "0.10.2")
+    assert len({key, cache_key(sig, "NVIDIA H100", "0.10.2"), cache_key(sig, "cpu", "0.11.0"),
+                cache_key({**sig, "attrs": {"groups": 2}}, "cpu", "0.10.2"),
+                cache_key({**sig, "dtypes": ["bfloat16"] * 2}, "cpu", "0.10.2")}) == 5
+
+
+def test_corrupt_cache_warns_retunes_and_is_rewritten(prog, timings, tmp_path):
+    cache = tmp_path / "c.json"
+    cache.write_text('{"format": "paddlejax-autot')
+    with pytest.warns(AutotuneCacheWarning, match="is not valid JSON"):
+        result, _ = tune(prog, cache)
+    assert result.stats["tuned"] == 2
+    assert len(json.loads(cache.read_text())["entries"]) == 2
+
+
+def test_foreign_file_warns_and_is_left_untouched(prog, timings, tmp_path):
+    cache = tmp_path / "settings.json"
+    cache.write_text('{"theme": "dark"}')
+    with pytest.warns(AutotuneCacheWarning, match="not a paddlejax autotune cache"):
+        result, _ = tune(prog, cache)
+    assert result.stats["tuned"] == 2 and cache.read_text() == '{"theme": "dark"}'
+
+
+def test_tampered_entry_is_not_trusted(prog, timings, tmp_path):
+    cache = tmp_path / "c.json"
+    tune(prog.clone(), cache)
+    data = json.loads(cache.read_text())
+    for entry in data["entries"].values():
+        entry["chosen"] = "os.system"
+    cache.write_text(json.dumps(data))
+    with pytest.warns(AutotuneCacheWarning, match="names an unknown kernel; retuning"):
+        result, decisions = tune(prog, cache)
+    assert result.stats["tuned"] == 2 and [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
+
+
+def test_workspace_limit_skips_the_patch_matrix(prog, timings, tmp_path):
+    # im2col of the first conv: 2 * 8 * 8 * 27 floats = 13.8 KB; the padded inputs are under 5 KB
+    _, decisions = tune(prog, tmp_path / "c.json", workspace_mb=0.01)
+    assert [autotune.workspace_bytes(c, decisions[0].signature) for c in autotune.candidates("conv2d")] == [
+        0, (2 * 3 * 64 + 2 * 4 * 64) * 4, 2 * 64 * 27 * 4, 2 * 3 * 100 * 4]
+    assert decisions[0].times_ms["im2col"] is None and decisions[0].chosen == "shifted_matmul"
+    assert timings[1][:3] == ["default", "lax_nhwc", "shifted_matmul"]
+
+
+def test_default_cache_path_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "mine.json"))
+    assert autotune.default_cache_path() == tmp_path / "mine.json"
+    monkeypatch.delenv(autotune.CACHE_ENV)
+    assert autotune.default_cache_path().parts[-3:] == (".cache", "paddlejax", "autotune.json")
+
+
+def test_cache_file_is_replaced_atomically(tmp_path):
+    store = TuneCache(tmp_path / "sub" / "c.json")
+    store.store("k", {"chosen": "default"})
+    store.save()
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["c.json"]  # no temporary left behind
+    assert TuneCache(tmp_path / "sub" / "c.json").entries == {"k": {"chosen": "default"}}
+
+
+def test_measure_stops_at_the_deadline():
+    calls = []
+    fn = lambda x: calls.append(x) or x  # noqa: E731
+    assert autotune.measure("default", fn, (np.ones(2),), warmup=2, repeats=5, deadline=0.0) >= 0
+    assert len(calls) == 3  # the warm-up runs and one timed run
+
+
+def test_annotation_survives_save_and_load(prog, timings, tmp_path):
+    tune(prog, tmp_path / "c.json")
+    pj.save(prog, tmp_path / "m")
+    loaded = pj.load(tmp_path / "m")
+    assert str(loaded) == str(prog) and 'kernel="im2col"' in str(loaded)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    np.testing.assert_allclose(loaded(x), prog(x), rtol=1e-5)
+
+
+def test_bad_options_are_named(prog, tmp_path):
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        tune(prog, tmp_path / "c.json", repeats=0)
+    with pytest.raises(ValueError, match="sizes expects NAME=N"):
+        tune(prog, tmp_path / "c.json", sizes="b")
