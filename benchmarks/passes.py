@@ -1,10 +1,13 @@
 """Inference latency of programs before and after the optimisation passes, pass by pass.
 
 Models (eval mode, batch 32, 32x32x3 images): SmallCNN -- 3 x [conv3x3 without bias ->
-batch_norm -> relu -> maxpool 2x2] with 32/64/128 channels, flatten, linear 2048 -> 10 -- and
-ResNet-18 and MobileNetV2 from the zoo. Each model is traced in Paddle's NCHW layout; the rows
-add the passes of the inference pipeline one group at a time (parameters as arguments of the
-executable), then freeze the parameters into it, then show the same network built in NHWC.
+batch_norm -> relu -> maxpool 2x2] with 32/64/128 channels, flatten, linear 2048 -> 10 --,
+ResNet-18 for 32x32 inputs (3x3 stem, no max-pool; the network of train_step.py, as in the
+CIFAR figures Paddle Inference and PyTorch are compared on), and the zoo's MobileNetV2. Each
+model is traced in Paddle's NCHW layout; the rows add the passes one group at a time
+(parameters as arguments of the executable) -- cleanup, batch-norm folding, bias/activation
+fusion, conv autotuning at the benchmark's batch size -- then freeze the parameters into the
+executable, then show the same network built in NHWC.
 All variants of a model are timed side by side in one process (alternating calls, medians) and
 checked against the unoptimised program's outputs.
 
@@ -19,19 +22,21 @@ import numpy as np
 
 import paddlejax as pj
 from paddlejax import nn
-from paddlejax.models import mobilenet_v2, resnet18
+from paddlejax.models import mobilenet_v2
 from timing import alternate, machine
+from train_step import ResNet18 as CifarResNet18
 
 CLEANUP = "eliminate_identity,fold_constants,cse,dce"
-STAGES = [  # (label, pipeline, frozen parameters)
-    ("as traced", "", False),
-    ("cleanup", CLEANUP, False),
-    ("+ fold_conv_bn, fold_linear_bn", f"{CLEANUP},fold_conv_bn,fold_linear_bn,dce", False),
-    ("+ fuse_bias_act, fuse_elementwise_act", f"{CLEANUP},fold_conv_bn,fold_linear_bn,fuse_bias_act,"
-                                              "fuse_elementwise_act,dce", False),
-    ("inference pipeline", "inference", False),
-    ("inference pipeline, frozen params", "inference", True),
-]
+FOLD = f"{CLEANUP},fold_conv_bn,fold_linear_bn,dce"
+FUSE = f"{FOLD},fuse_bias_act,fuse_elementwise_act,eliminate_transposes,dce"
+
+
+def stages(batch: int) -> list[tuple[str, str, bool]]:
+    """(label, pipeline, frozen parameters) of each row, the tuning done at ``batch``."""
+    tuned = f"{FUSE},autotune{{sizes=b={batch}}}"
+    return [("as traced", "", False), ("cleanup", CLEANUP, False), ("+ fold_conv_bn, fold_linear_bn", FOLD, False),
+            ("+ fuse_bias_act, fuse_elementwise_act", FUSE, False), ("+ autotune", tuned, False),
+            ("+ frozen params", tuned, True)]
 
 
 class SmallCNN(nn.Layer):
@@ -56,7 +61,7 @@ class SmallCNN(nn.Layer):
 
 
 MODELS = {"SmallCNN": SmallCNN,
-          "ResNet-18": lambda data_format, image: resnet18(num_classes=10, data_format=data_format),
+          "ResNet-18": lambda data_format, image: CifarResNet18(fmt=data_format),
           "MobileNetV2": lambda data_format, image: mobilenet_v2(num_classes=10, data_format=data_format)}
 
 
@@ -77,7 +82,8 @@ def variants(name: str, batch: int, image: int) -> tuple[dict, np.ndarray, dict]
     x = np.random.default_rng(0).normal(size=(batch, 3, image, image)).astype(np.float32)
     traced = pj.to_static(model, pj.InputSpec((None, 3, image, image)))
     runs, ops = {}, {}
-    for label, pipeline, frozen in STAGES:
+    rows = stages(batch)
+    for label, pipeline, frozen in rows:
         prog = pj.passes.run(traced, pipeline) if pipeline else traced
         runs[label] = (prog.compile(x, freeze_params=frozen), x)
         ops[label] = sum(1 for op in prog.walk() if op.type not in ("param", "constant", "return"))
@@ -85,8 +91,8 @@ def variants(name: str, batch: int, image: int) -> tuple[dict, np.ndarray, dict]
     nn.set_state_dict(nhwc, nn.state_dict(model))
     nhwc.eval()
     x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    prog = pj.passes.run(pj.to_static(nhwc, pj.InputSpec((None, image, image, 3))), "inference")
-    label = "inference pipeline, frozen params, NHWC"
+    prog = pj.passes.run(pj.to_static(nhwc, pj.InputSpec((None, image, image, 3))), rows[-1][1])
+    label = "+ frozen params, NHWC model"
     runs[label] = (prog.compile(x_nhwc, freeze_params=True), x_nhwc)
     ops[label] = sum(1 for op in prog.walk() if op.type not in ("param", "constant", "return"))
     return runs, x, ops

@@ -55,9 +55,8 @@ def test_passes_quick():
         table = out.split(f"\n{model}\n")[1].split("\n\n")[0]
         rows = re.findall(r"^  (\S.*?)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)x\s+(\S+)$", table, re.M)
         assert [r[0] for r in rows] == ["as traced", "cleanup", "+ fold_conv_bn, fold_linear_bn",
-                                        "+ fuse_bias_act, fuse_elementwise_act", "inference pipeline",
-                                        "inference pipeline, frozen params",
-                                        "inference pipeline, frozen params, NHWC"], table
+                                        "+ fuse_bias_act, fuse_elementwise_act", "+ autotune", "+ frozen params",
+                                        "+ frozen params, NHWC model"], table
         ops = [int(r[1]) for r in rows]
         assert ops[2] < ops[1] and ops[3] < ops[2], table          # folding and fusing remove ops
         assert all(float(r[4]) < 1e-4 for r in rows), table       # every variant computes the same
