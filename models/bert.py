@@ -38,7 +38,7 @@ from jax import lax
 
 from paddlejax import nn, ops
 from paddlejax.nn.args import arg_error, choice, is_int, positive_int, probability
-from paddlejax.nn.weights import LoadResult, WeightsError, load_weights
+from paddlejax.nn.weights import LoadResult, WeightsError, listing, load_weights
 
 ACTIVATIONS = ("gelu", "relu", "gelu_new")  # gelu: exact (erf); gelu_new: tanh approximation
 
@@ -472,11 +472,6 @@ def _stored_names(file: Path) -> list[str]:
         raise WeightsError(f"cannot read {file}: {e}") from None
 
 
-def _names(names: Sequence[str], limit: int = 5) -> str:
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(repr(n) for n in sorted(names)[:limit]) + more
-
-
 def load_hf_bert(model, path: str | os.PathLike, *, strict: bool = True,
                  new_modules: Sequence[str] = ()) -> LoadResult:
     """Load a Hugging Face BERT checkpoint (``model.safetensors``, or a directory holding it)
@@ -515,11 +510,11 @@ def load_hf_bert(model, path: str | os.PathLike, *, strict: bool = True,
     if strict:
         needed = [hf for hf in missing if not targets[hf].name.startswith(may_lack)]
         if needed:
-            raise WeightsError(f"{file}: missing {len(needed)} tensor(s) the model needs: {_names(needed)} "
+            raise WeightsError(f"{file}: missing {len(needed)} tensor(s) the model needs: {listing(needed)} "
                                "(strict=False keeps the model's own values)")
         if unexpected:
             raise WeightsError(f"{file}: {len(unexpected)} tensor(s) the model does not have: "
-                               f"{_names(unexpected)} (strict=False skips them)")
+                               f"{listing(unexpected)} (strict=False skips them)")
     load_weights(model, file, convert=_hf_converter(file, targets), strict=False)
     return LoadResult(len(targets) - len(missing), sorted(targets[hf].name for hf in missing), sorted(unexpected))
 

@@ -70,7 +70,12 @@ def _floating(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-def _listing(names, limit=5) -> str:
+def listing(names, limit: int = 5) -> str:
+    """Tensor names for an error message: sorted, quoted, at most ``limit`` of them.
+
+    >>> listing(["b", "a", "c"], limit=2)
+    "'a', 'b' and 1 more"
+    """
     names = sorted(names)
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(repr(n) for n in names[:limit]) + more
@@ -95,8 +100,8 @@ def set_state_dict(model, weights: Mapping[str, np.ndarray], *, strict: bool = T
     missing = sorted(set(variables) - set(weights))
     unexpected = sorted(set(weights) - set(variables))
     if strict and (missing or unexpected):
-        parts = ([f"missing {len(missing)} tensor(s) the model needs: {_listing(missing)}"] if missing else []) + \
-                ([f"{len(unexpected)} tensor(s) the model does not have: {_listing(unexpected)}"] if unexpected else [])
+        parts = ([f"missing {len(missing)} tensor(s) the model needs: {listing(missing)}"] if missing else []) + \
+                ([f"{len(unexpected)} tensor(s) the model does not have: {listing(unexpected)}"] if unexpected else [])
         raise WeightsError(f"{source}: " + "; ".join(parts))
     values = {}
     for name in sorted(set(variables) & set(weights)):
