@@ -6,8 +6,10 @@ ResNet-18 for 32x32 inputs (3x3 stem, no max-pool; the network of train_step.py,
 CIFAR figures Paddle Inference and PyTorch are compared on), and the zoo's MobileNetV2. Each
 model is traced in Paddle's NCHW layout; the rows add the passes one group at a time
 (parameters as arguments of the executable) -- cleanup, batch-norm folding, bias/activation
-fusion, conv autotuning at the benchmark's batch size -- then freeze the parameters into the
-executable, then show the same network built in NHWC.
+fusion, conv autotuning at the benchmark's batch size (per-op kernel choices alone, then with
+the whole-program check and layout choice) -- then freeze the parameters into the executable
+(untuned, tuned as frozen, with bfloat16 convolutions allowed), then show the same network
+built in NHWC. The autotune ratios (untuned / tuned latency) must not fall below 1.
 All variants of a model are timed side by side in one process (alternating calls, medians) and
 checked against the unoptimised program's outputs.
 
@@ -31,12 +33,22 @@ FOLD = f"{CLEANUP},fold_conv_bn,fold_linear_bn,dce"
 FUSE = f"{FOLD},fuse_bias_act,fuse_elementwise_act,eliminate_transposes,dce"
 
 
-def stages(batch: int) -> list[tuple[str, str, bool]]:
-    """(label, pipeline, frozen parameters) of each row, the tuning done at ``batch``."""
-    tuned = f"{FUSE},autotune{{sizes=b={batch}}}"
+def stages(batch: int, tune_repeats: int = 10) -> list[tuple[str, str, bool]]:
+    """(label, pipeline, frozen parameters) of each row, the tuning done at ``batch`` with
+    ``tune_repeats`` timed runs per candidate."""
+    size = f"sizes=b={batch} repeats={tune_repeats}"
     return [("as traced", "", False), ("cleanup", CLEANUP, False), ("+ fold_conv_bn, fold_linear_bn", FOLD, False),
-            ("+ fuse_bias_act, fuse_elementwise_act", FUSE, False), ("+ autotune", tuned, False),
-            ("+ frozen params", tuned, True)]
+            ("+ fuse_bias_act, fuse_elementwise_act", FUSE, False),
+            ("+ autotune, per-op kernels only", f"{FUSE},autotune{{{size} check=false layout=keep}}", False),
+            ("+ autotune, whole-program plans", f"{FUSE},autotune{{{size}}}", False),
+            ("fused, frozen params", FUSE, True),
+            ("+ autotune for frozen params", f"{FUSE},autotune{{{size} frozen=true}}", True),
+            ("+ bf16 convs allowed (opt-in)", f"{FUSE},autotune{{{size} frozen=true reduced_precision=true}}", True)]
+
+
+# (tuned, untuned) rows: autotuning must never make the program slower
+AUTOTUNE_RATIOS = [("+ autotune, whole-program plans", "+ fuse_bias_act, fuse_elementwise_act"),
+                   ("+ autotune for frozen params", "fused, frozen params")]
 
 
 class SmallCNN(nn.Layer):
@@ -73,7 +85,7 @@ def randomise_statistics(model) -> None:
     nn.set_state_dict(model, statistics, strict=False)
 
 
-def variants(name: str, batch: int, image: int) -> tuple[dict, np.ndarray, dict]:
+def variants(name: str, batch: int, image: int, tune_repeats: int) -> tuple[dict, np.ndarray, dict]:
     """The compiled variants of one model, the input, and each variant's op count."""
     nn.seed(0)
     model = MODELS[name](data_format="NCHW", image=image)
@@ -82,7 +94,7 @@ def variants(name: str, batch: int, image: int) -> tuple[dict, np.ndarray, dict]
     x = np.random.default_rng(0).normal(size=(batch, 3, image, image)).astype(np.float32)
     traced = pj.to_static(model, pj.InputSpec((None, 3, image, image)))
     runs, ops = {}, {}
-    rows = stages(batch)
+    rows = stages(batch, tune_repeats)
     for label, pipeline, frozen in rows:
         prog = pj.passes.run(traced, pipeline) if pipeline else traced
         runs[label] = (prog.compile(x, freeze_params=frozen), x)
@@ -91,8 +103,8 @@ def variants(name: str, batch: int, image: int) -> tuple[dict, np.ndarray, dict]
     nn.set_state_dict(nhwc, nn.state_dict(model))
     nhwc.eval()
     x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    prog = pj.passes.run(pj.to_static(nhwc, pj.InputSpec((None, image, image, 3))), rows[-1][1])
-    label = "+ frozen params, NHWC model"
+    prog = pj.passes.run(pj.to_static(nhwc, pj.InputSpec((None, image, image, 3))), rows[-2][1])
+    label = "the model built in NHWC, frozen, tuned"
     runs[label] = (prog.compile(x_nhwc, freeze_params=True), x_nhwc)
     ops[label] = sum(1 for op in prog.walk() if op.type not in ("param", "constant", "return"))
     return runs, x, ops
@@ -109,7 +121,7 @@ def main(argv=None) -> int:
     print(machine())
     print(f"batch {batch}, {image}x{image}x3 images, fp32, medians of {repeats} alternating calls\n")
     for name in args.models.split(","):
-        runs, x, ops = variants(name, batch, image)
+        runs, x, ops = variants(name, batch, image, tune_repeats=2 if args.quick else 10)
         reference = np.asarray(runs["as traced"][0](x))
         errors = {k: float(np.abs(np.asarray(f(a)) - reference).max()) for k, (f, a) in runs.items()}
         ms = alternate({k: (lambda f=f, a=a: f(a)) for k, (f, a) in runs.items()}, 2, repeats)
@@ -118,6 +130,8 @@ def main(argv=None) -> int:
         print(f"  {'variant':<44}{'ops':>5}{'ms':>10}{'speed-up':>10}{'max |diff|':>12}")
         for label in runs:
             print(f"  {label:<44}{ops[label]:>5}{ms[label]:>10.2f}{base / ms[label]:>9.2f}x{errors[label]:>12.2e}")
+        for tuned, untuned in AUTOTUNE_RATIOS:
+            print(f"  autotune ratio ({untuned} / {tuned}): {ms[untuned] / ms[tuned]:.2f}")
         print()
     return 0
 

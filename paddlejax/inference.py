@@ -3,7 +3,9 @@
 The predictor applies the inference pipeline to the program, then compiles it ahead of time for
 a few batch sizes ("buckets", by default the powers of two up to ``max_batch_size``). A request
 is padded to the next bucket and its outputs sliced back, so no request ever triggers a
-compilation; batches above ``max_batch_size`` run in chunks.
+compilation; batches above ``max_batch_size`` run in chunks. The pipeline's ``autotune`` pass
+picks conv kernels and the data layout at the largest bucket, with the parameters frozen or
+not as they will run; its choices are cached, so a second predictor of the program tunes nothing.
 
 >>> import numpy as np, jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda p, x: pj.ops.relu(x @ p["w"]), pj.InputSpec((None, 2)), params={"w": jnp.eye(2)})
@@ -25,7 +27,7 @@ import numpy as np
 from paddlejax.io import load
 from paddlejax.ir.core import Program
 from paddlejax.passes import run as run_passes
-from paddlejax.passes.manager import INFERENCE_PIPELINE, inference_pipeline  # noqa: F401  (re-exported)
+from paddlejax.passes.manager import INFERENCE_PIPELINE, inference_pipeline  # noqa: F401  (INFERENCE_PIPELINE re-exported)
 
 # Above this many bytes of parameters, freezing them into every bucket's executable costs too much memory.
 FREEZE_LIMIT_BYTES = 64 << 20
@@ -43,7 +45,8 @@ class Config:
       :data:`FREEZE_LIMIT_BYTES`.
     - ``max_batch_size`` and ``batch_buckets``: the batch sizes compiled (default: the powers of
       two up to ``max_batch_size``, and ``max_batch_size`` itself).
-    - ``precision``: ``"fp32"``, or ``"bf16"`` to add the ``amp`` pass after the pipeline.
+    - ``precision``: ``"fp32"``, or ``"bf16"`` to add the ``amp`` pass after the pipeline (and
+      let the autotuner pick reduced-precision conv kernels).
     - ``device``: a JAX platform name (``"cpu"``, ``"gpu"``); ``None`` is JAX's default device.
 
     >>> Config(max_batch_size=6).buckets()
@@ -75,9 +78,17 @@ class Config:
         powers = [1 << i for i in range(self.max_batch_size.bit_length()) if 1 << i < self.max_batch_size]
         return (*powers, self.max_batch_size)
 
-    def pipeline(self) -> str:
-        """The pipeline string the predictor runs."""
-        text = "inference" if self.passes is None else self.passes
+    def pipeline(self, sizes: str = "", frozen: bool = False) -> str:
+        """The pipeline string the predictor runs; the inference pipeline tunes its kernels for
+        ``sizes`` (e.g. ``"b=32"``) with parameters ``frozen`` or not, as they will run.
+
+        >>> Config(passes="dce", precision="bf16").pipeline()
+        'dce,amp{dtype=bfloat16}'
+        """
+        text = self.passes
+        if text is None:
+            tune = {"sizes": sizes, "frozen": frozen, "reduced_precision": self.precision == "bf16"}
+            text = inference_pipeline(autotune={k: v for k, v in tune.items() if v})
         return ",".join(p for p in (text, "amp{dtype=bfloat16}" if self.precision == "bf16" else "") if p)
 
 
@@ -102,13 +113,16 @@ class Predictor:
         self.config = config or Config()
         source = path_or_program if isinstance(path_or_program, Program) else load(path_or_program)
         self.device = jax.devices(self.config.device)[0] if self.config.device else jax.devices()[0]
-        self.program = run_passes(source, self.config.pipeline())
-        self.program.params = jax.device_put(self.program.params, self.device)
-        self.batch_dim = _batch_dim(self.program)
+        self.batch_dim = batch_dim(source)
         self.freeze_params = self.config.freeze_params
         if self.freeze_params is None:
-            self.freeze_params = self.device.platform == "cpu" and _param_bytes(self.program) < FREEZE_LIMIT_BYTES
+            self.freeze_params = self.device.platform == "cpu" and _param_bytes(source) < FREEZE_LIMIT_BYTES
         self.buckets = self.config.buckets()
+        # kernels and layout are tuned for the largest bucket, where the time goes
+        with jax.default_device(self.device):
+            self.program = run_passes(source, self.config.pipeline(f"{self.batch_dim}={self.buckets[-1]}",
+                                                                   self.freeze_params))
+        self.program.params = jax.device_put(self.program.params, self.device)
         self.num_compilations = 0
         self._executables = {b: self._compile(b) for b in self.buckets}
 
@@ -161,8 +175,13 @@ class Predictor:
                 f"{'frozen' if self.freeze_params else 'argument'} parameters on {self.device.platform}>")
 
 
-def _batch_dim(program: Program) -> str:
-    """The symbolic size that leads every input and output; a clear error when there is none."""
+def batch_dim(program: Program) -> str:
+    """The symbolic size that leads every input and output; a clear error when there is none.
+
+    >>> import paddlejax as pj
+    >>> batch_dim(pj.trace(lambda x: x * 2.0, pj.InputSpec((None, 3))))
+    'b'
+    """
     first = program.inputs[0].type.shape[:1] if program.inputs else ()
     batch = first[0] if first and isinstance(first[0], str) else None
     for kind, values in (("input", program.inputs), ("output", program.outputs)):

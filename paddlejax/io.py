@@ -143,7 +143,7 @@ def save(program: Program, path) -> None:
     tensors = {}
     for prefix, arrays in (("params", program.used_params()), ("constants", program.used_constants())):
         for name, value in arrays.items():
-            tensors[f"{prefix}/{name}"] = np.ascontiguousarray(np.asarray(value))
+            tensors[f"{prefix}/{name}"] = np.require(np.asarray(value), requirements="C")  # 0-d stays 0-d
     json_path, st_path = _paths(path)
     _atomic_write(st_path, safetensors.numpy.save(tensors, metadata={"format": "paddlejax.tensors"}))
     _atomic_write(json_path, json.dumps(doc, indent=1).encode())

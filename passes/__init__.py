@@ -16,6 +16,8 @@ from paddlejax.passes.rewrite import PatternPass, RewritePattern, apply_patterns
 from paddlejax.passes.amp import AutoMixedPrecision  # noqa: F401
 from paddlejax.passes.fusion import (EliminateTransposes, FoldConvBatchNorm, FoldLinearBatchNorm,  # noqa: F401
                                      FuseBiasActivation, FuseElementwiseActivation)
+from paddlejax.passes.layout import ConvertLayout  # noqa: F401
+from paddlejax.passes.donation import Donate  # noqa: F401
 from paddlejax.passes.memory import InplaceReuse, Remat, compare_with_xla, liveness, plan_inplace  # noqa: F401
 from paddlejax.passes.autotune import Autotune, AutotuneCacheWarning, Decision, TuneCache  # noqa: F401
 from paddlejax.passes.attention import FuseAttention  # noqa: F401

@@ -1,33 +1,46 @@
-"""Conv algorithm autotuning: time each kernel variant of every conv op and record the fastest.
+"""Conv algorithm autotuning: time each kernel variant of every conv op, then whole programs.
 
-For each ``conv2d`` / ``depthwise_conv2d`` op the ``autotune`` pass builds random inputs of the
-op's real shapes and dtypes, jits the reference kernel (``"default"``, the op's primitive) and
-every registered variant (``registry.get("conv2d").variants``), warms each up and takes the
-median of repeated timed runs. The fastest candidate is recorded as the op's ``kernel``
-annotation, which lowering honours; nothing is recorded when the default wins. Variants are
-alternative implementations of the same function, so the tuned program agrees with the
-original to float32 rounding (the tests use a tolerance of 1e-4).
+**Per op.** For each ``conv2d`` / ``depthwise_conv2d`` op the ``autotune`` pass builds random
+inputs of the op's real shapes and dtypes, jits the reference kernel (``"default"``, the op's
+primitive) and every registered variant (``registry.get("conv2d").variants``: lax.conv in
+NHWC, im2col + matmul, shifted matmuls, Winograd, ...; reduced-precision ones only when
+allowed), warms each up and takes the median of repeated timed runs. The fastest candidate is
+the op's choice. Variants are alternative implementations of the same function, so the tuned
+program agrees with the original to float32 rounding (the tests use a tolerance of 1e-4;
+reduced-precision variants round their inputs to bfloat16, about 1e-2).
+
+**Whole program** (``check``, on by default). Kernels that win alone can lose together: XLA
+fuses across ops and chooses buffer layouts for the whole program. So the pass also compiles
+and times the whole program with and without the per-op choices and, with ``layout=auto``,
+converted to the other data format (:mod:`paddlejax.passes.layout`), calls interleaved; the
+fastest plan is applied: its layout, and each op's choice as a ``kernel`` annotation that
+lowering honours. The untuned program is always a plan, so the result is never slower than
+it (within timing noise).
 
 Decisions go into a persistent JSON cache keyed by the op's signature (type, input shapes and
-dtypes, kernel attributes), the device kind and the jax version, together with every
-candidate's time; a later run takes its choices from the cache and times nothing. The cache
-lives at ``$PADDLEJAX_AUTOTUNE_CACHE`` or ``~/.cache/paddlejax/autotune.json`` unless the
-``cache`` option names a file. It is written atomically; a corrupt or foreign file, or an entry
-that does not match its key, is reported with a warning and ignored.
+dtypes, kernel attributes) or the program's text and sizes, the device kind and the jax
+version, together with every candidate's time; a later run takes its choices from the cache
+and times nothing. The cache lives at ``$PADDLEJAX_AUTOTUNE_CACHE`` or
+``~/.cache/paddlejax/autotune.json`` unless the ``cache`` option names a file. It is written
+atomically; a corrupt or foreign file, or an entry that does not match its key, is reported
+with a warning and ignored.
 
 >>> import jax.numpy as jnp, paddlejax as pj, tempfile, os
 >>> prog = pj.trace(lambda p, x: pj.ops.conv2d(x, p["w"], padding=1), pj.InputSpec((None, 2, 6, 6)),
 ...                 params={"w": jnp.ones((3, 2, 3, 3))})
+>>> folder = tempfile.TemporaryDirectory()
 >>> tune = pj.passes.get_pass("autotune", sizes="b=2", repeats=2, warmup=1,
-...                           cache=os.path.join(tempfile.mkdtemp(), "autotune.json"))
->>> first = tune.apply(prog, pj.passes.PassContext()).stats
->>> again = tune.apply(prog, pj.passes.PassContext()).stats   # every choice from the cache
->>> first["tuned"], again["tuned"], again["cached"]
-(1, 0, 1)
+...                           cache=os.path.join(folder.name, "autotune.json"))
+>>> first = tune.apply(prog.clone(), pj.passes.PassContext()).stats   # the conv in NCHW and in NHWC
+>>> again = tune.apply(prog.clone(), pj.passes.PassContext()).stats   # every choice from the cache
+>>> first["tuned"], first["plans_cached"], again["tuned"], again["cached"], again["plans_cached"]
+(2, 0, 0, 2, 1)
+>>> folder.cleanup()
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -48,8 +61,9 @@ from paddlejax.ir.core import Op, Program
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops import registry
 from paddlejax.ops.common import channel_axis
-from paddlejax.ops.conv import paddle_padding
+from paddlejax.ops.conv import paddle_padding, winograd_applies
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
+from paddlejax.passes.layout import INTO, LAYOUT_OPS, ConvertLayout
 from paddlejax.passes.memory import parse_sizes
 
 TUNABLE = frozenset({"conv2d", "depthwise_conv2d"})
@@ -81,13 +95,17 @@ def op_signature(op: Op, env: dict) -> dict:
                       for k, v in attrs_lib.kernel_attrs(op.attrs).items()}}
 
 
-def candidates(op_type: str) -> list[str]:
-    """What the pass times for an op of ``op_type``: ``"default"`` (its primitive), then its variants.
+def candidates(op_type: str, reduced_precision: bool = False) -> list[str]:
+    """What the pass times for an op of ``op_type``: ``"default"`` (its primitive), then its
+    variants; those computing in a narrower type only with ``reduced_precision``.
 
     >>> candidates("depthwise_conv2d")
     ['default', 'lax_nhwc', 'im2col', 'shifted_matmul', 'depthwise_shifted']
+    >>> candidates("conv2d", reduced_precision=True)[-1]
+    'lax_bf16'
     """
-    return [DEFAULT, *registry.get(op_type).variants]
+    opdef = registry.get(op_type)
+    return [DEFAULT, *(v for v in opdef.variants if reduced_precision or v not in opdef.reduced_precision)]
 
 
 def device_kind() -> str:
@@ -201,7 +219,9 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
 def workspace_bytes(candidate: str, signature: dict) -> int:
     """Estimated extra buffer bytes of a conv ``candidate`` beyond its inputs and output:
     im2col's patch matrix, the padded (and, for a channel multiplier, repeated) input of the
-    shifted variants, the channels-last copies of lax_nhwc on NCHW data."""
+    shifted variants, the channels-last copies of lax_nhwc on NCHW data, winograd's transformed
+    input and product tiles (none where it falls back to lax.conv), lax_bf16's bfloat16 copies
+    of the input and weight."""
     (x, w), itemsize = signature["shapes"][:2], np.dtype(signature["dtypes"][0]).itemsize
     attrs = _kernel_attrs(signature)
     axis = channel_axis(attrs["data_format"], 4)
@@ -216,6 +236,12 @@ def workspace_bytes(candidate: str, signature: dict) -> int:
         return x[0] * math.prod(padded) * channels * itemsize
     if candidate == "lax_nhwc" and axis == 1:
         return (math.prod(x) + x[0] * math.prod(out) * w[0]) * itemsize
+    if candidate == "winograd" and winograd_applies(w, attrs["stride"], dil, attrs.get("groups", 1),
+                                                    signature["dtypes"][0]):
+        tiles = x[0] * math.prod(-(-n // 2) for n in out)
+        return 16 * tiles * (x[axis] + w[0]) * itemsize   # 4x4 tiles of the input and of the product
+    if candidate == "lax_bf16":
+        return (math.prod(x) + math.prod(w)) * np.dtype("bfloat16").itemsize
     return 0
 
 
@@ -233,17 +259,125 @@ class Decision:
     cached: bool
 
 
+@dataclasses.dataclass
+class Plan:
+    """A whole-program candidate: the program in ``layout`` (``""``: as it is), with the
+    per-op kernel choices (``kernels``) or with every op's default kernel; ``ms`` is its
+    measured median latency (``None``: not timed)."""
+
+    layout: str
+    kernels: bool
+    ms: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout or 'as is'}{', tuned kernels' if self.kernels else ''}"
+
+
+def program_layout(program: Program) -> str:
+    """The data format of the program's 4-D conv / pool / norm ops: ``"NCHW"``, ``"NHWC"``,
+    ``"mixed"``, or ``""`` when it has none.
+
+    >>> import paddlejax as pj
+    >>> program_layout(pj.to_static(pj.nn.MaxPool2D(2, data_format="NHWC"), pj.InputSpec((None, 4, 4, 3))))
+    'NHWC'
+    """
+    formats = {op.attrs["data_format"] for op in program.walk()
+               if op.type in LAYOUT_OPS and op.attrs.get("data_format") in INTO and len(op.operands[0].type.shape) == 4}
+    return formats.pop() if len(formats) == 1 else "mixed" if formats else ""
+
+
+def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,
+                     deadline: float) -> dict[str, float]:
+    """Median seconds per call of each of ``fns`` on ``args``, calls interleaved so that they
+    share the machine's noise; stops repeating at ``deadline`` after at least one round.
+
+    The pass calls this module attribute, so tests can replace it with fixed timings.
+    """
+    for fn in fns.values():
+        for _ in range(max(warmup, 1)):  # the first call may still compile
+            jax.block_until_ready(fn(*args))
+    times: dict[str, list[float]] = {label: [] for label in fns}
+    for _ in range(repeats):
+        for label, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[label].append(time.perf_counter() - start)
+        if time.perf_counter() > deadline:
+            break
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def random_inputs(program: Program, env: dict) -> tuple:
+    """Inputs for ``program`` with sizes from ``env``: normal floats, zero integers (valid ids).
+
+    >>> import paddlejax as pj
+    >>> prog = pj.trace(lambda x, ids: x[ids], pj.InputSpec((None, 3)), pj.InputSpec((2,), "int32"))
+    >>> [a.shape for a in random_inputs(prog, {"b": 5})]
+    [(5, 3), (2,)]
+    """
+    rng = np.random.default_rng(0)
+    leaves = [np.asarray(rng.standard_normal(concrete_shape(v.type, env)), v.type.dtype)
+              if np.issubdtype(np.dtype(v.type.dtype), np.floating)
+              else np.zeros(concrete_shape(v.type, env), v.type.dtype) for v in program.inputs]
+    return tuple(jax.tree_util.tree_unflatten(program.in_tree, leaves))
+
+
+def _without_kernels(program: Program) -> Program:
+    bare = program.clone()
+    rewriter = Rewriter(bare)
+    for op in bare.walk():
+        rewriter.remove_attr(op, KERNEL_ATTR)
+    return bare
+
+
+def decision_table(decisions: list[Decision], reduced_precision: bool = False) -> list[tuple[str, ...]]:
+    """Rows of strings, a header first: per decision its op, input shapes, each candidate's
+    median ms (``skip``: not timed; ``-``: not a candidate of that op), the choice and whether
+    it came from the cache.
+
+    >>> d = Decision(None, {"op": "conv2d", "shapes": [[2, 3, 8, 8], [4, 3, 3, 3]]},
+    ...              {"default": 2.0, "lax_nhwc": 1.5}, "lax_nhwc", cached=True)
+    >>> decision_table([d])[1][:5]
+    ('0', 'conv2d', '2x3x8x8, 4x3x3x3', '2.000', '1.500')
+    """
+    columns = list(dict.fromkeys(c for d in decisions for c in candidates(d.signature["op"], reduced_precision)))
+    rows = [("#", "op", "input shapes", *columns, "chosen", "from")]
+    for i, d in enumerate(decisions):
+        shapes = ", ".join("x".join(map(str, s)) for s in d.signature["shapes"])
+        times = [("-" if c not in d.times_ms else "skip" if d.times_ms[c] is None else f"{d.times_ms[c]:.3f}")
+                 for c in columns]
+        rows.append((str(i), d.signature["op"], shapes, *times, d.chosen, "cache" if d.cached else "measured"))
+    return rows
+
+
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class Autotune(Pass):
-    """Pick the fastest kernel of every conv op on this device (see the module doc).
+    """Pick the fastest kernel of every conv op on this device, then the fastest whole program
+    (see the module doc).
 
     ``sizes`` gives symbolic sizes (``b=32``; several as ``b=32:t=8``; others are 1);
     ``repeats`` timed runs per candidate after ``warmup`` ones; ``max_seconds`` bounds the
-    timing of one op (candidates not started by then are skipped; 0: no bound);
-    ``workspace_mb`` skips variants whose :func:`workspace_bytes` exceed it (0: no limit);
-    ``cache`` is the cache file (empty: :func:`default_cache_path`). The decisions are left in
-    ``ctx.cache["autotune"]`` as a list of :class:`Decision`.
+    timing of one op (candidates not started by then are skipped; 0: no bound) and of each
+    whole-program plan; ``workspace_mb`` skips variants whose :func:`workspace_bytes` exceed it
+    (0: no limit); ``reduced_precision`` lets variants that compute in a narrower type
+    (``lax_bf16``) compete; ``cache`` is the cache file (empty: :func:`default_cache_path`).
+
+    ``check`` times the whole program with and without the per-op choices and keeps the
+    faster, so the tuned program is never slower than the untuned one (ops that win alone
+    can lose together: XLA fuses across ops and picks layouts for the whole program); a plan
+    must beat the program as it is by ``min_gain`` (a fraction; default 3 %, above the timing
+    noise) to replace it;
+    ``layout`` is ``auto`` (also time the program converted to the other data format, see
+    :mod:`paddlejax.passes.layout`; needs ``check``), ``keep``, ``NCHW`` or ``NHWC``;
+    ``frozen`` times ops with their parameter operands compiled in as constants, and plans with
+    the parameters frozen into the executable, as the inference
+    :class:`~paddlejax.inference.Predictor` runs them (XLA then folds weight transforms such as
+    Winograd's or a layout change into the constants).
+
+    The per-op decisions are left in ``ctx.cache["autotune"]`` as a list of :class:`Decision`,
+    the plans in ``ctx.cache["autotune_plans"]`` (:class:`Plan`, the chosen one first).
     """
 
     name = "autotune"
@@ -252,6 +386,11 @@ class Autotune(Pass):
     warmup: int = 2
     max_seconds: float = 10.0
     workspace_mb: float = 0.0
+    reduced_precision: bool = False
+    check: bool = True
+    layout: str = "auto"
+    frozen: bool = False
+    min_gain: float = 0.03
     cache: str = ""
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
@@ -259,20 +398,91 @@ class Autotune(Pass):
             raise ValueError(f"autotune: repeats must be >= 1 and warmup, max_seconds, workspace_mb >= 0; got "
                              f"repeats={self.repeats}, warmup={self.warmup}, max_seconds={self.max_seconds}, "
                              f"workspace_mb={self.workspace_mb}")
+        if self.layout not in ("auto", "keep", *INTO):
+            raise ValueError(f"autotune: layout must be auto, keep, NCHW or NHWC; got {self.layout!r}")
+        if not 0 <= self.min_gain < 1:
+            raise ValueError(f"autotune: min_gain must be a fraction in [0, 1), got {self.min_gain}")
+        if self.layout == "auto" and not self.check:
+            raise ValueError("autotune: layout=auto times whole programs, so it needs check=true; "
+                             "give layout=keep, NCHW or NHWC with check=false")
         store = TuneCache(self.cache or default_cache_path())
-        decisions = self.decide(program, store)
-        if any(not d.cached for d in decisions):
+        current = program_layout(program)
+        layouts = [current]
+        if self.layout in INTO and current in INTO:
+            layouts = [self.layout]
+        elif self.layout == "auto" and current in INTO:
+            layouts = [current, next(f for f in INTO if f != current)]
+        variants: dict[str, tuple[Program, list[Decision]]] = {}
+        for layout in layouts:
+            variant = program.clone()
+            if layout != current:
+                ConvertLayout(to=layout).apply(variant, PassContext())
+            variants[layout] = variant, self.decide(variant, store)
+        plans = [Plan(layout, kernels) for layout, (_, decisions) in variants.items()
+                 for kernels in self._kernel_options(decisions)]
+        plans_cached = len(plans) > 1 and self._choose(program, plans, variants, store)
+        tried = [d for _, decisions in variants.values() for d in decisions]
+        if any(not d.cached for d in tried) or len(plans) > 1 and not plans_cached:
             store.save()
-        rw = Rewriter(program)
+        chosen = plans[0]
+        rewriter = Rewriter(program)
+        if chosen.layout != current:
+            ConvertLayout(to=chosen.layout).apply(program, ctx)
+            rewriter.changed = True
+        # every choice is in the cache by now; the plan's variant says which were measured
+        decisions = [dataclasses.replace(d, cached=timed.cached) for d, timed in
+                     zip(self.decide(program, store), variants[chosen.layout][1])]
         for d in decisions:
-            if d.chosen == DEFAULT:
-                rw.remove_attr(d.op, KERNEL_ATTR)
+            if d.chosen == DEFAULT or not chosen.kernels:
+                rewriter.remove_attr(d.op, KERNEL_ATTR)
             elif d.op.attrs.get(KERNEL_ATTR) != d.chosen:
-                rw.set_attr(d.op, KERNEL_ATTR, d.chosen)
+                rewriter.set_attr(d.op, KERNEL_ATTR, d.chosen)
         ctx.cache["autotune"] = decisions
-        return PassResult(rw.changed, {"tuned": sum(not d.cached for d in decisions),
-                                       "cached": sum(d.cached for d in decisions),
-                                       "annotated": sum(d.chosen != DEFAULT for d in decisions)})
+        ctx.cache["autotune_plans"] = plans
+        return PassResult(rewriter.changed, {
+            "tuned": sum(not d.cached for d in tried), "cached": sum(d.cached for d in tried),
+            "annotated": sum(op.attrs.get(KERNEL_ATTR) is not None for op in program.walk()),
+            "plans": len(plans), "plans_cached": int(plans_cached)})
+
+    def _kernel_options(self, decisions: list[Decision]) -> tuple[bool, ...]:
+        """Whether a layout's plans run its ops' chosen kernels: both ways when ``check``
+        has something to compare, else the per-op choice alone."""
+        if not any(d.chosen != DEFAULT for d in decisions):
+            return (False,)
+        return (False, True) if self.check else (True,)
+
+    def _choose(self, program: Program, plans: list[Plan], variants: dict, store: TuneCache) -> bool:
+        """Sort ``plans`` fastest first, each with its milliseconds, from ``store`` or timed
+        (and stored); returns whether they came from the cache."""
+        env = size_env(program, parse_sizes(self.sizes))
+        labels = [p.label for p in plans]
+        signature = {"program": hashlib.sha256(str(_without_kernels(program)).encode()).hexdigest(),
+                     "sizes": dict(sorted(env.items())), "frozen": self.frozen,
+                     "reduced_precision": self.reduced_precision, "plans": labels}
+        key = cache_key(signature, device_kind(), jax.__version__)
+        entry = store.lookup(key, signature, labels)
+        cached = entry is not None
+        if not cached:
+            args = random_inputs(program, env)
+            fns = {}
+            for plan in plans:
+                variant = variants[plan.layout][0]
+                fns[plan.label] = (variant if plan.kernels else _without_kernels(variant)).compile(
+                    *args, freeze_params=self.frozen)
+            deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
+            seconds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline)
+            times = {label: 1e3 * t for label, t in seconds.items()}
+            fastest = min(times, key=times.get)
+            unchanged = Plan(program_layout(program), False).label
+            if unchanged in times and times[fastest] > (1 - self.min_gain) * times[unchanged]:
+                fastest = unchanged  # within the noise: leave the program as it is
+            entry = {"signature": signature, "device": device_kind(), "jax": jax.__version__, "times_ms": times,
+                     "chosen": fastest}
+            store.store(key, entry)
+        for plan in plans:
+            plan.ms = entry["times_ms"][plan.label]
+        plans.sort(key=lambda p: (p.label != entry["chosen"], p.ms))
+        return cached
 
     def decide(self, program: Program, store: TuneCache) -> list[Decision]:
         """A decision for every tunable op of ``program``, from ``store`` or measured (and stored)."""
@@ -283,8 +493,16 @@ class Autotune(Pass):
             if op.type not in TUNABLE:
                 continue
             signature = op_signature(op, env)
+            # separate entries: with reduced precision or constant weights the choice may differ
+            if self.reduced_precision:
+                signature["reduced_precision"] = True
+            if self.frozen:
+                constant = [i for i, v in enumerate(op.operands) if v.producer is not None
+                            and v.producer.type in ("param", "constant")]
+                if constant:
+                    signature["constant_operands"] = constant
             key = cache_key(signature, device, version)
-            entry = store.lookup(key, signature, candidates(op.type))
+            entry = store.lookup(key, signature, candidates(op.type, self.reduced_precision))
             cached = entry is not None
             if not cached:
                 times = self._time_candidates(op, signature)
@@ -302,16 +520,25 @@ class Autotune(Pass):
         opdef = registry.get(op.type)
         attrs = _kernel_attrs(signature)
         rng = np.random.default_rng(0)
-        args = tuple(jax.numpy.asarray(rng.standard_normal(shape), dtype)
-                     for shape, dtype in zip(signature["shapes"], signature["dtypes"]))
+        arrays = [jax.numpy.asarray(rng.standard_normal(shape), dtype)
+                  for shape, dtype in zip(signature["shapes"], signature["dtypes"])]
+        constant = set(signature.get("constant_operands", ()))
+        args = tuple(a for i, a in enumerate(arrays) if i not in constant)
+
+        def call(kernel, *variable):  # constant operands compiled in, as frozen parameters are
+            operands, rest = [], iter(variable)
+            for i, a in enumerate(arrays):
+                operands.append(a if i in constant else next(rest))
+            return kernel(*operands, **attrs)
+
         limit = self.workspace_mb * 2 ** 20
         deadline = time.perf_counter() + self.max_seconds if self.max_seconds else math.inf
         times: dict[str, float | None] = {}
-        for c in candidates(op.type):
+        for c in candidates(op.type, self.reduced_precision):
             kernel = opdef.bind if c == DEFAULT else opdef.variants[c]
             if c != DEFAULT and (limit and workspace_bytes(c, signature) > limit or time.perf_counter() > deadline):
                 times[c] = None
                 continue
-            fn = jax.jit(lambda *a, k=kernel: k(*a, **attrs))
+            fn = jax.jit(functools.partial(call, kernel))
             times[c] = 1e3 * measure(c, fn, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline)
         return times

@@ -11,7 +11,10 @@ adds and activations into the op that computes into them, and cancel transposes.
   of such an op becomes its ``act`` attribute. Exact up to float rounding (1e-6).
 - ``fuse_elementwise_act``: the same for an activation after an ``elementwise_*`` binary op.
 - ``eliminate_transposes``: ``transpose(transpose(x, p), q)`` becomes ``x`` when the two cancel
-  and one transpose by the composed permutation otherwise; identity transposes disappear. Exact.
+  and one transpose by the composed permutation otherwise; identity transposes disappear; a
+  pointwise op (:data:`POINTWISE`) whose tensor operands are all transposes by one permutation
+  runs before the transpose instead (it sinks), so that it can meet and cancel its inverse.
+  Exact.
 
 Intermediate values must have no other readers, so nothing is computed twice.
 
@@ -42,6 +45,13 @@ ELEMENTWISE = ("elementwise_add", "elementwise_sub", "elementwise_mul", "element
                "elementwise_max", "elementwise_min", "elementwise_pow")
 _RESHAPES = ("reshape", "lax.reshape", "lax.broadcast_in_dim")
 TRANSPOSES = {"transpose": "perm", "lax.transpose": "permutation"}
+# Ops computing each element from the elements at the same index (scalars broadcast), whatever
+# the shape: a transpose commutes with them.
+POINTWISE = frozenset({
+    *ELEMENTWISE, "relu", "relu6", "sigmoid", "silu", "tanh", "gelu", "hard_swish", "leaky_relu", "cast",
+    *(f"lax.{p}" for p in ("add", "sub", "mul", "div", "max", "min", "pow", "neg", "abs", "exp", "log", "tanh",
+                           "logistic", "sqrt", "rsqrt", "erf", "sign", "integer_pow", "square",
+                           "convert_element_type", "select_n"))})
 
 
 def only_reader(v: Value, op: Op) -> bool:
@@ -215,6 +225,43 @@ class _ComposeTransposes(RewritePattern):
         return True
 
 
+def _sinks_away(transpose: Op) -> bool:
+    """Every reader of ``transpose`` is a transpose or pointwise, so sinking can retire it."""
+    return all(u.type in TRANSPOSES or u.type in POINTWISE for u in transpose.users)
+
+
+class _SinkTransposes(RewritePattern):
+    """``f(transpose(a, p), transpose(b, p))`` -> ``transpose(f(a, b), p)`` for pointwise ``f``
+    (scalar operands stay as they are), when the transposes' other readers can sink them too."""
+
+    label = "sunk"
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        if op.type not in POINTWISE or len(op.results) != 1 or op.blocks:
+            return False
+        shape = op.result.type.shape
+        tensors = [v for v in op.operands if v.type.shape != ()]
+        producers = [v.producer for v in tensors]
+        if not tensors or any(v.type.shape != shape for v in tensors) \
+                or any(p is None or p.type not in TRANSPOSES or not _sinks_away(p) for p in producers):
+            return False
+        perms = {tuple(p.attrs[TRANSPOSES[p.type]]) for p in producers}
+        if len(perms) != 1:
+            return False
+        (perm,) = perms
+        source = producers[0].operands[0]
+        inner = Op(op.type, [v.producer.operands[0] if v.type.shape != () else v for v in op.operands],
+                   [TensorType(source.type.shape, op.result.type.dtype)], dict(op.attrs), loc=op.loc)
+        rewriter.insert_before(op, inner)
+        out = rewriter.insert_before(op, Op("transpose", [inner.result], [op.result.type], {"perm": perm},
+                                            loc=op.loc))
+        rewriter.replace_op(op, [out.result])
+        for p in dict.fromkeys(producers):
+            if not p.result.uses:
+                rewriter.erase_op(p)
+        return True
+
+
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class FoldConvBatchNorm(PatternPass):
@@ -280,8 +327,8 @@ class FuseElementwiseActivation(PatternPass):
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class EliminateTransposes(PatternPass):
-    """Cancel inverse transpose pairs, compose the others into one, drop identity transposes.
-    Exact.
+    """Cancel inverse transpose pairs, compose the others into one, drop identity transposes,
+    and sink transposes below pointwise ops. Exact.
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> prog = pj.trace(lambda x: x.T.T, jnp.ones((2, 3)))
@@ -292,4 +339,4 @@ class EliminateTransposes(PatternPass):
     name = "eliminate_transposes"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_ComposeTransposes()]
+        return [_ComposeTransposes(), _SinkTransposes()]

@@ -70,7 +70,7 @@ def _convert(cls: type[Pass], key: str, raw: str):
 # Passes the inference pipeline runs, in order, when they are registered (see inference_pipeline).
 INFERENCE_PIPELINE = ["eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
                       "fuse_elementwise_act", "fuse_attention", "eliminate_transposes", "cse", "dce", "autotune",
-                      "memory_plan"]
+                      "inplace"]
 
 _PIPELINES: dict[str, Callable[[], str]] = {}
 
@@ -92,14 +92,26 @@ def registered_pipelines() -> dict[str, str]:
     return {name: text() for name, text in _PIPELINES.items()}
 
 
-def inference_pipeline() -> str:
-    """The registered passes of :data:`INFERENCE_PIPELINE`, in its order (others are skipped).
+def inference_pipeline(**options: dict) -> str:
+    """The registered passes of :data:`INFERENCE_PIPELINE`, in its order (others are skipped);
+    ``options`` gives a pass's options by its name.
 
     >>> inference_pipeline().startswith("eliminate_identity,fold_constants")
     True
+    >>> inference_pipeline(autotune={"sizes": "b=8", "frozen": True}).split(",")[-2:]
+    ['autotune{sizes=b=8 frozen=true}', 'inplace']
     """
     known = registered_passes()
-    return ",".join(name for name in INFERENCE_PIPELINE if name in known)
+    unknown = set(options) - set(INFERENCE_PIPELINE)
+    if unknown:
+        raise ValueError(f"inference_pipeline: no pass {sorted(unknown)} in the pipeline {INFERENCE_PIPELINE}")
+    return ",".join(name + _options_text(options.get(name, {})) for name in INFERENCE_PIPELINE if name in known)
+
+
+def _options_text(options: dict) -> str:
+    def text(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    return "{" + " ".join(f"{k}={text(v)}" for k, v in options.items()) + "}" if options else ""
 
 
 register_pipeline("inference", inference_pipeline)

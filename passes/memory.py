@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 from paddlejax.analysis import concrete_shape, size_env
+from paddlejax.ir.attrs import resolve
 from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.printer import op_lines
 from paddlejax.ir.rewriter import Rewriter
@@ -225,88 +226,218 @@ class InplaceReuse(Pass):
 
 @dataclasses.dataclass
 class MemoryComparison:
-    """This module's estimate beside XLA's ``compiled.memory_analysis()`` for one program."""
+    """This module's estimate beside XLA's ``compiled.memory_analysis()`` for one program.
+
+    Ours: ``param_bytes`` and ``constant_bytes`` (always live), ``peak_activation_bytes`` (the
+    liveness peak; the program's inputs count while they are live) and ``layout_copy_bytes``
+    (the weight copies XLA makes for convolutions, live at the combined peak; see
+    :func:`compare_with_xla`). XLA's: ``xla_argument_bytes`` (parameters and inputs, live
+    throughout), ``xla_output_bytes`` and ``xla_temp_bytes`` (every other buffer, including the
+    weight copies); ``xla_bytes`` is their sum.
+    """
 
     param_bytes: int
     constant_bytes: int
     peak_activation_bytes: int
+    layout_copy_bytes: int
     xla_argument_bytes: int
     xla_output_bytes: int
     xla_temp_bytes: int
 
     @property
     def estimate_bytes(self) -> int:
-        return self.param_bytes + self.constant_bytes + self.peak_activation_bytes
+        return self.param_bytes + self.constant_bytes + self.peak_activation_bytes + self.layout_copy_bytes
 
     @property
     def xla_bytes(self) -> int:
         return self.xla_argument_bytes + self.xla_output_bytes + self.xla_temp_bytes
 
 
+def _weight_copies(live: Liveness, env: dict) -> tuple[int, int]:
+    """(activation peak, weight copies live there) when each conv's parameter weight is copied
+    at the start of the program and held until the conv runs."""
+    ops = live.program.body.ops
+    copies = [0] * (len(ops) + 1)
+    for i, op in enumerate(ops):
+        weight = op.operands[1] if op.type == "conv2d" else None
+        if weight is not None and weight.producer is not None and weight.producer.type == "param":
+            copies[i] += nbytes(weight.type, env)
+    for i in range(len(ops) - 1, -1, -1):
+        copies[i] += copies[i + 1]
+    timeline = live.timeline
+    peak = max(range(len(ops)), key=lambda i: timeline[i] + copies[i])
+    return timeline[peak], copies[peak]
+
+
 def compare_with_xla(program: Program, sizes: dict | None = None) -> MemoryComparison:
     """Compile ``program`` (parameters as arguments) for ``sizes`` and set the estimate beside XLA's.
+
+    XLA's CPU backend runs convolutions on weights in HWIO layout: with the parameters as
+    arguments it copies every conv weight (OIHW) into a temporary, and schedules these copies,
+    which depend on parameters alone, before the first op; the estimate counts each copy from the
+    start until its conv (``layout_copy_bytes``, at the peak of activations plus copies). With
+    frozen weights the copies are folded at compile time, so they are left to the arguments case.
+    XLA fuses small networks (SmallCNN) into one kernel that never materialises the activations
+    the liveness counts: there the estimate is an upper bound, several times XLA's figure.
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> prog = pj.trace(lambda x: jnp.tanh(x) * 2.0, jnp.ones((4, 256)))
     >>> c = compare_with_xla(prog)
-    >>> c.peak_activation_bytes, c.xla_argument_bytes, c.xla_output_bytes
-    (8192, 4096, 4096)
+    >>> c.peak_activation_bytes, c.layout_copy_bytes, c.xla_argument_bytes, c.xla_output_bytes
+    (8192, 0, 4096, 4096)
     """
     env = size_env(program, sizes)
     live = liveness(program, sizes)
+    peak, copies = _weight_copies(live, env)
     specs = [jax.ShapeDtypeStruct(concrete_shape(v.type, env),
                                   jax.numpy.dtype(v.type.dtype)) for v in program.inputs]
     inputs = jax.tree_util.tree_unflatten(program.in_tree, specs)
     stats = jax.jit(program.apply).lower(program.used_params(), *inputs).compile().memory_analysis()
-    return MemoryComparison(live.param_bytes, live.constant_bytes, live.peak_bytes,
+    return MemoryComparison(live.param_bytes, live.constant_bytes, peak, copies,
                             int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes),
                             int(stats.temp_size_in_bytes))
+
+
+# What the backward pass of each op type reads, following JAX's linearization rules (checked
+# with ``jax.vjp``): "operands" (its activation operands), "result", "new" (a fresh buffer of
+# the result's size that the forward pass computes for the backward one, e.g. ``1 - tanh(x)``)
+# and "mask" (a boolean of the result's size). Linear ops read nothing; for "operands", each
+# operand's gradient reads the others, so ``x * 0.5`` keeps nothing of ``x``.
+_LINEAR = ("lax.add", "lax.sub", "lax.neg", "lax.broadcast_in_dim", "lax.reshape", "lax.transpose",
+           "lax.reduce_sum", "lax.concatenate", "lax.squeeze", "lax.expand_dims", "lax.slice", "lax.pad",
+           "lax.convert_element_type", "lax.copy", "elementwise_add", "elementwise_sub", "reshape",
+           "flatten", "transpose", "concat")
+SAVED_FOR_BACKWARD: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(_LINEAR, ()),
+    **dict.fromkeys(("lax.mul", "lax.dot_general", "matmul", "linear", "conv2d", "lax.log"), ("operands",)),
+    "lax.div": ("operands", "new"),
+    "lax.exp": ("result",),
+    "lax.tanh": ("result", "new"),
+    **dict.fromkeys(("lax.logistic", "lax.sqrt", "lax.rsqrt", "lax.integer_pow", "lax.square", "lax.sin",
+                     "lax.cos", "lax.erf"), ("new",)),
+    "relu": ("mask",),
+    "relu6": ("new", "new"),
+}
+_DEFAULT_SAVED = ("operands", "result")
 
 
 def stored_bytes(program: Program, sizes: dict | None = None, segments: dict[Op, int] | None = None) -> int:
     """Activation bytes training keeps for the backward pass under the :class:`Remat` model.
 
-    ``segments`` maps ops to segment numbers (default: the program's ``remat_segment`` marks).
+    ``segments`` maps ops, nested ones included, to segment numbers (default: the program's
+    ``remat_segment`` marks).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: jnp.tanh(x * x) + 1.0, pj.InputSpec((None, 256)))
+    >>> stored_bytes(prog, {"b": 4})  # mul: x (the caller's); tanh: its result and 1 - result
+    8192
     """
     if segments is None:
-        segments = {op: op.attrs[REMAT_ATTR] for op in program.body.ops if REMAT_ATTR in op.attrs}
-    live = liveness(program, sizes)
-    outputs = set(program.outputs)
-    kept, internal = 0, {}
-    for op in program.body.ops:
+        segments = {op: op.attrs[REMAT_ATTR] for op in program.walk() if REMAT_ATTR in op.attrs}
+    env = size_env(program, sizes)
+    kept, extra, recompute = _residuals(program.body, env, segments)
+    free = set(program.inputs)
+    return sum(nbytes(v.type, env) for v in kept if _is_activation(v) and v not in free) + extra + recompute
+
+
+def _is_activation(v: Value) -> bool:
+    return not (isinstance(v.owner, Op) and v.owner.type in _PERSISTENT)
+
+
+def _is_constant(v: Value) -> bool:
+    return isinstance(v.owner, Op) and v.owner.type == "constant"
+
+
+def _saved_by(op: Op, env: dict) -> tuple[list[Value], int]:
+    """The values ``op``'s backward pass reads, and the bytes of new buffers it keeps."""
+    values, extra = [], 0
+    for item in SAVED_FOR_BACKWARD.get(op.type, _DEFAULT_SAVED):
+        if item == "operands":
+            # an operand's gradient reads the other operands; a constant needs no gradient
+            needs_grad = [not _is_constant(v) for v in op.operands]
+            values += [v for i, v in enumerate(op.operands) if any(needs_grad[:i] + needs_grad[i + 1:])]
+        elif item == "result":
+            values += op.results
+        else:
+            extra += sum(nbytes(r.type, env) if item == "new" else math.prod(concrete_shape(r.type, env))
+                         for r in op.results)
+    return values, extra
+
+
+def _residuals(block, env: dict, segments: dict[Op, int]) -> tuple[set[Value], int, int]:
+    """(values of ``block`` kept for the backward pass, bytes of new buffers kept, the largest
+    recompute at once). A segment keeps its inputs; its ops' own residuals exist only while it is
+    recomputed. A scan keeps its body's residuals once per iteration; residuals that are the
+    body's loop-invariant or ``xs`` arguments are the scan's operands, kept once."""
+    kept, extra, recompute = set(), 0, 0
+    inner: dict[int, tuple[set[Value], list[int]]] = {}
+    for op in block.ops:
         if op.type in _PERSISTENT or op.type == "return":
             continue
+        if op.type == "scan":
+            body = op.blocks[0]
+            body_kept, body_extra, body_recompute = _residuals(body, env, segments)
+            carries = range(op.attrs["num_consts"], op.attrs["num_consts"] + op.attrs["num_carry"])
+            outer = {a: op.operands[i] for i, a in enumerate(body.args) if i not in carries}
+            kept.update(outer[v] for v in body_kept if v in outer)
+            per_iteration = body_extra + sum(nbytes(v.type, env) for v in body_kept
+                                             if v not in outer and _is_activation(v))
+            extra += int(resolve(op.attrs["length"], env)) * per_iteration
+            recompute = max(recompute, body_recompute)
+            continue
+        values, new = _saved_by(op, env)
         k = segments.get(op)
-        for r in op.results:
-            inside = k is not None and r not in outputs and all(segments.get(u) == k for u in r.users)
-            if inside:
-                internal[k] = internal.get(k, 0) + live.nbytes[r]
-            else:
-                kept += live.nbytes[r]
-    return kept + max(internal.values(), default=0)
-
-
-def _runs(program: Program) -> list[list[Op]]:
-    """Maximal runs of consecutive ops a segment may hold (not params, constants or return)."""
-    runs, current = [], []
-    for op in program.body.ops:
-        if op.type in _PERSISTENT or op.type == "return":
-            if current:
-                runs.append(current)
-            current = []
+        if k is None:
+            kept.update(values)
+            extra += new
         else:
+            held, held_extra = inner.setdefault(k, (set(), [0]))
+            held.update(values)
+            held_extra[0] += new
+            kept.update(v for v in op.operands if not (isinstance(v.owner, Op) and segments.get(v.owner) == k))
+    for held, held_extra in inner.values():
+        recompute = max(recompute, held_extra[0] + sum(nbytes(v.type, env) for v in held - kept
+                                                       if _is_activation(v) and isinstance(v.owner, Op)))
+    return kept, extra, recompute
+
+
+def _runs(block) -> list[list[Op]]:
+    """Maximal runs of consecutive ops a segment may hold, in ``block`` and in the scan bodies
+    nested in it; parameters and constants inside a run stay in it (a segment takes them along)."""
+    runs, current, nested = [], [], []
+
+    def close():
+        while current and current[-1].type in _PERSISTENT:
+            current.pop()
+        if current:
+            runs.append(list(current))
+        current.clear()
+
+    for op in block.ops:
+        if op.type == "return" or op.blocks:
+            close()
+            if op.type == "scan":
+                nested += _runs(op.blocks[0])
+        elif current or op.type not in _PERSISTENT:
             current.append(op)
-    return runs + ([current] if current else [])
+    close()
+    return runs + nested
 
 
 def _chunked(runs: list[list[Op]], length: int) -> dict[Op, int]:
+    """Each run cut into segments of ``length`` computing ops (parameters and constants between
+    them go along uncounted); a last piece of one op is left unmarked."""
     segments, k = {}, 0
     for run in runs:
-        for start in range(0, len(run), length):
-            chunk = run[start:start + length]
-            if len(chunk) > 1:  # a one-op segment recomputes nothing
-                segments.update((op, k) for op in chunk)
-                k += 1
+        chunk, count = [], 0
+        for i, op in enumerate(run):
+            chunk.append(op)
+            count += op.type not in _PERSISTENT
+            if count == length or i == len(run) - 1:
+                if count > 1:  # a one-op segment recomputes nothing
+                    segments.update((o, k) for o in chunk)
+                    k += 1
+                chunk, count = [], 0
     return segments
 
 
@@ -315,15 +446,22 @@ def _chunked(runs: list[list[Op]], length: int) -> dict[Op, int]:
 class Remat(Pass):
     """Mark remat segments so that the activations kept for the backward pass fit ``budget`` bytes.
 
-    Model: without remat, training keeps every activation an op produces (results of all ops
-    but parameters and constants). Inside a segment only the values that leave it (read by a
-    later op, or outputs) are kept; the others are recomputed in the backward pass, one segment
-    at a time, so the stored size is the kept bytes plus the largest segment's internal bytes
-    (:func:`stored_bytes`). The planner cuts the runs of consecutive ops into segments of
-    ``L`` ops (Chen et al.'s sqrt(n) checkpointing) and takes the smallest ``L`` whose stored
-    size fits; if the program (with the marks it has) already fits, nothing changes. A budget
-    no segment length meets is an error that gives the smallest size found. ``sizes`` gives
-    symbolic sizes as in ``inplace``. Recomputation does not change values: the tolerance is 0.
+    Model (:func:`stored_bytes`): an op outside a segment keeps what its backward pass reads,
+    from the table ``SAVED_FOR_BACKWARD`` (JAX's linearization rules: linear ops such as add,
+    reshape or broadcast keep nothing; a matmul, conv or mul keeps its operands; tanh its result
+    and ``1 - result``; relu a boolean mask); an op type not in the table keeps its operands and
+    results, the conservative choice. A value several ops keep is counted once; program inputs,
+    parameters and constants are not counted (they are held anyway). A segment keeps only its
+    inputs; the residuals of its ops are recomputed in the backward pass, one segment at a time,
+    so the largest segment's own residuals are added once. A ``scan`` keeps its body's residuals
+    once per iteration (``length`` times); its recompute is one segment of one iteration's.
+    The planner cuts the runs of consecutive ops -- those of the top-level block and of every
+    scan body, where the marks are honoured per iteration -- into segments of ``L`` ops (Chen et
+    al.'s sqrt(n) checkpointing) and takes the smallest ``L`` whose stored size fits; if the
+    program (with the marks it has) already fits, nothing changes. A budget no segment length
+    meets is an error that gives the smallest size found. ``sizes`` gives symbolic sizes as in
+    ``inplace``. Recomputation does not change values: the tolerance is 0. XLA adds the backward
+    pass's own temporaries to the kept bytes, so its temp figure is somewhat above the estimate.
     """
 
     name = "remat"
@@ -337,8 +475,8 @@ class Remat(Pass):
         before = stored_bytes(program, sizes)
         if before <= self.budget:
             return PassResult(False, {"segments": 0, "stored_bytes": before})
-        runs = _runs(program)
-        longest = max((len(r) for r in runs), default=0)
+        runs = _runs(program.body)
+        longest = max((sum(op.type not in _PERSISTENT for op in r) for r in runs), default=0)
         best = before
         for length in range(2, longest + 1):
             segments = _chunked(runs, length)
@@ -346,11 +484,11 @@ class Remat(Pass):
             best = min(best, stored)
             if stored <= self.budget:
                 rewriter = Rewriter(program)
-                for op in program.body.ops:
+                for op in program.walk():
                     if op in segments:
                         rewriter.set_attr(op, REMAT_ATTR, segments[op])
-                    elif REMAT_ATTR in op.attrs:
-                        rewriter.set_attr(op, REMAT_ATTR, None)
+                    else:
+                        rewriter.remove_attr(op, REMAT_ATTR)
                 return PassResult(True, {"segments": len(set(segments.values())), "stored_bytes": stored})
         raise ValueError(f"remat: budget {self.budget} B cannot be met; the smallest stored size "
                          f"found is {best} B (without remat: {before} B)")

@@ -9,10 +9,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = ["resnet/infer", "resnet/train", "transformer/infer", "transformer/train"]
 
 
-def run_quick(script: str, timeout: int) -> str:
-    """``benchmarks/<script> --quick``'s output, asserting it exits cleanly."""
+def run_quick(script: str, *args: str, timeout: int) -> str:
+    """``benchmarks/<script> --quick [args]``'s output, asserting it exits cleanly."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest's fake devices
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -50,13 +50,38 @@ def test_models_quick():
 
 
 def test_passes_quick():
-    out = run_quick("passes.py", timeout=300)
-    for model in ("SmallCNN", "ResNet-18", "MobileNetV2"):
+    out = run_quick("passes.py", "--models", "SmallCNN", timeout=300)  # the other models take minutes to tune
+    for model in ("SmallCNN",):
         table = out.split(f"\n{model}\n")[1].split("\n\n")[0]
         rows = re.findall(r"^  (\S.*?)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)x\s+(\S+)$", table, re.M)
         assert [r[0] for r in rows] == ["as traced", "cleanup", "+ fold_conv_bn, fold_linear_bn",
-                                        "+ fuse_bias_act, fuse_elementwise_act", "+ autotune", "+ frozen params",
-                                        "+ frozen params, NHWC model"], table
+                                        "+ fuse_bias_act, fuse_elementwise_act", "+ autotune, per-op kernels only",
+                                        "+ autotune, whole-program plans", "fused, frozen params",
+                                        "+ autotune for frozen params", "+ bf16 convs allowed (opt-in)",
+                                        "the model built in NHWC, frozen, tuned"], table
         ops = [int(r[1]) for r in rows]
         assert ops[2] < ops[1] and ops[3] < ops[2], table          # folding and fusing remove ops
-        assert all(float(r[4]) < 1e-4 for r in rows), table       # every variant computes the same
+        errors = {r[0]: float(r[4]) for r in rows}
+        assert errors.pop("+ bf16 convs allowed (opt-in)") < 5e-2, table
+        assert all(e < 1e-4 for e in errors.values()), table       # every float32 variant computes the same
+        assert len(re.findall(r"^  autotune ratio \(.*\): \d+\.\d\d$", table, re.M)) == 2, table
+
+
+def test_conv_variants_quick():
+    out = run_quick("conv_variants.py", timeout=120)
+    rows = re.findall(r"^(\d+ch \d+x\d+)\s+(NHWC|NCHW)\s+(const|arg)\s+((?:\d+\.\d\d\s+){6})(\S+)\s+(\d+\.\d\d)x", out,
+                      re.M)
+    assert rows and {r[1] for r in rows} == {"NHWC", "NCHW"} and {r[2] for r in rows} == {"const", "arg"}, out
+
+
+def test_memory_quick():
+    out = run_quick("memory.py", timeout=120)
+    for model in ("SmallCNN", "ResNet-18", "MobileNetV2"):
+        assert re.search(rf"^  {model}\s+(\d+\.\d\d\s+){{6}}\d+\.\d\d$", out, re.M), out
+    rows = re.findall(r"^  (without remat|remat, B = .*?)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+\d+\.\d\s+(\S+)$",
+                      out, re.M)
+    assert [r[0].split(" (")[0] for r in rows] == ["without remat", "remat, B = 50% of estimate",
+                                                   "remat, B = 50% of XLA's"], out
+    # half the planner's estimate lowers XLA's temp bytes (half of XLA's may already fit at quick sizes)
+    assert float(rows[1][3]) < 1 and float(rows[2][3]) <= 1, out
+    assert all(float(r[4]) == 0 for r in rows), out           # and changes neither loss nor gradients

@@ -1,4 +1,5 @@
 """Program.compile and the inference Predictor: buckets, padding, chunks, frozen parameters, errors."""
+import json
 import logging
 
 import jax
@@ -60,7 +61,9 @@ def test_compile_is_a_snapshot_of_the_program():
 def test_config_buckets_and_pipeline():
     assert Config(max_batch_size=8).buckets() == (1, 2, 4, 8)
     assert Config(max_batch_size=5, batch_buckets=(3,)).buckets() == (3, 5)
-    assert Config().pipeline() == "inference"
+    assert Config().pipeline() == pj.passes.inference_pipeline()
+    assert Config().pipeline("b=32", frozen=True).split(",")[-2] == "autotune{sizes=b=32 frozen=true}"
+    assert "reduced_precision=true" in Config(precision="bf16").pipeline("b=32")
     assert Config(passes="dce", precision="bf16").pipeline() == "dce,amp{dtype=bfloat16}"
     assert Config(passes="").pipeline() == ""
 
@@ -93,6 +96,16 @@ def test_default_predictor_runs_the_inference_pipeline_with_frozen_parameters(pr
     ops = [op.type for op in predictor.program.walk()]
     assert "lax.mul" not in ops  # eliminate_identity removed ``x * 1.0``
     assert "Predictor TinyCNN: buckets (1, 2, 4), frozen parameters on cpu" in repr(predictor)
+
+
+def test_kernels_and_layout_are_tuned_at_the_largest_bucket_as_they_will_run(prog, tmp_path, monkeypatch):
+    monkeypatch.setenv("PADDLEJAX_AUTOTUNE_CACHE", str(tmp_path / "tune.json"))
+    Predictor(prog, Config(max_batch_size=4))
+    entries = json.loads((tmp_path / "tune.json").read_text())["entries"].values()
+    convs = [e["signature"] for e in entries if "op" in e["signature"]]
+    plans = [e["signature"] for e in entries if "program" in e["signature"]]
+    assert convs and {s["shapes"][0][0] for s in convs} == {4}
+    assert [(p["sizes"], p["frozen"]) for p in plans] == [({"b": 4}, True)]
 
 
 def test_no_compilation_after_construction(prog, predictor, caplog):

@@ -190,3 +190,10 @@ def test_corrupted_files_raise_program_format_error(small_files, tmp_path, data)
         assert str(e)  # says what is wrong
         return
     prog.verify()  # a mutation that kept the file valid must give a valid program
+
+
+def test_scalar_parameters_keep_their_shape(tmp_path):
+    prog = pj.trace(lambda p, x: x * p["s"], jnp.ones(2), params={"s": jnp.float32(3.0)})
+    pj.save(prog, tmp_path / "m")
+    loaded = pj.load(tmp_path / "m")
+    assert loaded.params["s"].shape == () and loaded(jnp.ones(2)).tolist() == [3.0, 3.0]

@@ -75,6 +75,6 @@ def test_kernel_annotation_runs_that_variant():
 def test_unknown_kernel_variant_is_named():
     prog = conv_program()
     conv = next(op for op in prog.walk() if op.type == "conv2d")
-    pj.ir.Rewriter(prog).set_attr(conv, "kernel", "winograd")
-    with pytest.raises(ValueError, match="op conv2d: unknown kernel variant 'winograd'; known: im2col, lax_nhwc"):
+    pj.ir.Rewriter(prog).set_attr(conv, "kernel", "fft")
+    with pytest.raises(ValueError, match="op conv2d: unknown kernel variant 'fft'; known: im2col, lax_bf16, lax_nhwc"):
         prog(jnp.ones((2, 3, 6, 6)))

@@ -1,13 +1,17 @@
-"""Tune the conv kernels of a saved program on this device and show every candidate's time.
+"""Tune the conv kernels and the layout of a saved program on this device and show every time.
 
-    paddlejax autotune out/model --size b=32 -o out/model.tuned
+    paddlejax autotune out/model --size b=32 --frozen -o out/model.tuned
 
-One row per conv op: its input shapes, each candidate kernel's median milliseconds ("skip":
-over the workspace limit or past the op's time limit; "-": not a candidate for that op), the
-choice, and whether it was measured now or taken from the cache. ``-o`` saves the program
-with the choices recorded as ``kernel`` annotations.
+One row per conv op of the chosen plan: its input shapes, each candidate kernel's median
+milliseconds ("skip": over the workspace limit or past the op's time limit; "-": not a
+candidate for that op), the choice, and whether it was measured now or taken from the cache.
+Then one row per whole-program plan (layout, with or without the per-op choices) with its
+median milliseconds, the chosen one first. ``-o`` saves the program in the chosen layout with
+the choices recorded as ``kernel`` annotations.
 """
 from __future__ import annotations
+
+from paddlejax.cli.table import format_table
 
 
 def add_arguments(p) -> None:
@@ -20,19 +24,12 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", type=int, default=10, help="timed runs per candidate; the median is shown")
     p.add_argument("--workspace-mb", type=float, default=0.0,
                    help="skip kernels needing more extra memory than this (0: no limit)")
-
-
-def _table(decisions) -> list[tuple[str, ...]]:
-    from paddlejax.passes.autotune import candidates
-
-    columns = list(dict.fromkeys(c for d in decisions for c in candidates(d.signature["op"])))
-    rows = [("#", "op", "input shapes", *columns, "chosen", "from")]
-    for i, d in enumerate(decisions):
-        shapes = ", ".join("x".join(map(str, s)) for s in d.signature["shapes"])
-        times = [("-" if c not in d.times_ms else "skip" if d.times_ms[c] is None else f"{d.times_ms[c]:.3f}")
-                 for c in columns]
-        rows.append((str(i), d.signature["op"], shapes, *times, d.chosen, "cache" if d.cached else "measured"))
-    return rows
+    p.add_argument("--layout", default="auto", choices=("auto", "keep", "NCHW", "NHWC"),
+                   help="auto: time the program in NCHW and NHWC and keep the faster (default)")
+    p.add_argument("--no-check", action="store_true",
+                   help="trust the per-op timings: do not time whole programs (needs --layout other than auto)")
+    p.add_argument("--frozen", action="store_true", help="time whole programs with frozen parameters")
+    p.add_argument("--reduced-precision", action="store_true", help="let bfloat16 kernels compete")
 
 
 def main(args) -> int:
@@ -40,22 +37,23 @@ def main(args) -> int:
 
     from paddlejax.io import load, save
     from paddlejax.passes import PassContext
-    from paddlejax.passes.autotune import Autotune, default_cache_path, device_kind
+    from paddlejax.passes.autotune import Autotune, decision_table, default_cache_path, device_kind
 
     program = load(args.path)
     tune = Autotune(sizes=":".join(args.size), repeats=args.repeats, workspace_mb=args.workspace_mb,
-                    cache=args.cache)
+                    reduced_precision=args.reduced_precision, check=not args.no_check, layout=args.layout,
+                    frozen=args.frozen, cache=args.cache)
     ctx = PassContext()
     result = tune.apply(program, ctx)
-    decisions = ctx.cache["autotune"]
+    decisions, plans = ctx.cache["autotune"], ctx.cache["autotune_plans"]
     print(f"{program.name}: {len(decisions)} conv ops, {device_kind()}, jax {jax.__version__}, "
           f"cache {args.cache or default_cache_path()}")
     if decisions:
         print("median ms per kernel:")
-        rows = _table(decisions)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        print(format_table(decision_table(decisions, args.reduced_precision)))
+    if len(plans) > 1:
+        print(f"whole program ({'frozen' if args.frozen else 'argument'} parameters), median ms:")
+        print(format_table([("plan", "ms"), *((p.label, f"{p.ms:.3f}") for p in plans)], right_from=1))
     print(", ".join(f"{k} {v}" for k, v in result.stats.items()))
     if args.output:
         save(program, args.output)

@@ -9,23 +9,14 @@ from __future__ import annotations
 
 import time
 
+from paddlejax.cli.table import format_table
+
 
 def add_arguments(p) -> None:
     p.add_argument("path", help="saved program")
     p.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     p.add_argument("--repeats", type=int, default=20, help="timed runs per variant; the median is shown")
     p.add_argument("--no-passes", action="store_true", help="only the program as saved, without the inference passes")
-
-
-def _random_inputs(program, batch: int) -> list:
-    import jax
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    leaves = [rng.normal(size=(batch, *v.type.shape[1:])).astype(v.type.dtype)
-              if np.issubdtype(np.dtype(v.type.dtype), np.floating)
-              else np.zeros((batch, *v.type.shape[1:]), v.type.dtype) for v in program.inputs]
-    return jax.tree_util.tree_unflatten(program.in_tree, leaves)
 
 
 def _measure(program, inputs, batch: int, repeats: int, passes: str | None, freeze: bool) -> tuple[float, float]:
@@ -49,12 +40,14 @@ def _measure(program, inputs, batch: int, repeats: int, passes: str | None, free
 def main(args) -> int:
     import jax
 
+    from paddlejax.inference import batch_dim
     from paddlejax.io import load
+    from paddlejax.passes.autotune import random_inputs
 
     if args.batch < 1 or args.repeats < 1:
         raise ValueError(f"--batch and --repeats must be positive, got {args.batch} and {args.repeats}")
     program = load(args.path)
-    inputs = _random_inputs(program, args.batch)
+    inputs = random_inputs(program, {batch_dim(program): args.batch})
     variants = [("as saved", ""), ("inference passes", None)][: 1 if args.no_passes else 2]
     rows = [(f"{label}, {'frozen' if freeze else 'argument'} params",
              *_measure(program, inputs, args.batch, args.repeats, passes, freeze))
@@ -64,7 +57,5 @@ def main(args) -> int:
     table = [("variant", "build s", "median ms", "samples/s", "speedup")]
     table += [(name, f"{build:.2f}", f"{t * 1e3:.3f}", f"{args.batch / t:,.0f}", f"{base / t:.2f}x")
               for name, build, t in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    for r in table:
-        print("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
+    print(format_table(table, right_from=1))
     return 0

@@ -98,9 +98,10 @@ def dim_symbols(expr: str) -> set[str]:
 
 # Attributes that passes record on ops for lowering (``remat_segment``: recompute this op in
 # the backward pass with the others of its segment; ``kernel``: run the op's variant of that
-# name instead of its reference kernel). They are printed and saved with the op but are not
-# arguments of its kernel.
-ANNOTATIONS = frozenset({"remat_segment", "kernel"})
+# name instead of its reference kernel; ``donate``, on a program's return: the inputs whose
+# buffers the outputs may take). They are printed and saved with the op but are not arguments
+# of its kernel.
+ANNOTATIONS = frozenset({"remat_segment", "kernel", "donate"})
 
 
 def kernel_attrs(attrs: dict) -> dict:

@@ -188,6 +188,22 @@ def walk_blocks(block: Block) -> Iterator[Block]:
             yield from walk_blocks(b)
 
 
+class _FlatCall:
+    """``f(*inputs)`` calling ``func(*bound, *leaves of inputs)``; ``func`` is the jitted or
+    compiled function (``.func``, as with ``functools.partial``)."""
+
+    def __init__(self, func, bound: tuple, program: "Program"):
+        self.func = func
+        self.bound = bound
+        self.name, self.in_tree = program.name, program.in_tree
+
+    def __call__(self, *inputs):
+        leaves, tree = jax.tree_util.tree_flatten(inputs)
+        if tree != self.in_tree:
+            raise TypeError(f"{self.name}: expects inputs structured as {self.in_tree}, got {tree}")
+        return self.func(*self.bound, *leaves)
+
+
 class Program:
     """A captured program: the IR, its parameters, constants and pytree signature.
 
@@ -280,7 +296,7 @@ class Program:
             self._compiled = (self.revision, jax.jit(self.apply))
         return self._compiled[1](self.params, *inputs)
 
-    def compile(self, *example_inputs, freeze_params: bool = False):
+    def compile(self, *example_inputs, freeze_params: bool = False, donate: bool = False):
         """A compiled callable ``f(*inputs)`` of a snapshot of the program and its parameters.
 
         With ``example_inputs`` (arrays or ``jax.ShapeDtypeStruct`` s, structured like the
@@ -295,6 +311,10 @@ class Program:
         with the parameter size times the number of compiled shapes) and compiling takes longer,
         as XLA folds through the weights. Use it for inference with small models.
 
+        ``donate=True`` donates the inputs named by the program's ``donate`` annotation (the
+        ``donate`` pass): outputs are written into their buffers, and those input arrays are
+        deleted by each call.
+
         >>> import jax, jax.numpy as jnp, paddlejax as pj
         >>> prog = pj.trace(lambda p, x: x @ p["w"], pj.InputSpec((None, 2)), params={"w": jnp.eye(2)})
         >>> f = prog.compile(jax.ShapeDtypeStruct((3, 2), "float32"), freeze_params=True)
@@ -304,13 +324,20 @@ class Program:
         from paddlejax.lowering import run_program
 
         program, params = self.clone(), self.used_params()
+        in_tree = program.in_tree
+        donated = tuple(program.body.terminator.attrs.get("donate", ())) if donate else ()
+
+        def run(p, *leaves):
+            return run_program(program, p, jax.tree_util.tree_unflatten(in_tree, leaves))
+
+        # inputs are passed flat, so that a donated input is one positional argument
         if freeze_params:
-            fn, bound = jax.jit(lambda *inputs: run_program(program, params, inputs)), ()
+            fn, bound = jax.jit(functools.partial(run, params), donate_argnums=donated), ()
         else:
-            fn, bound = jax.jit(lambda p, *inputs: run_program(program, p, inputs)), (params,)
+            fn, bound = jax.jit(run, donate_argnums=tuple(i + 1 for i in donated)), (params,)
         if example_inputs:
-            fn = fn.lower(*bound, *example_inputs).compile()
-        return functools.partial(fn, *bound)
+            fn = fn.lower(*bound, *jax.tree_util.tree_leaves(example_inputs)).compile()
+        return _FlatCall(fn, bound, program)
 
     # -- text, checks, copies -------------------------------------------------------------
     def __str__(self) -> str:

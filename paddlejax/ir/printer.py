@@ -60,7 +60,7 @@ def format_attrs(op: Op) -> str:
 def _op_lines(op: Op, namer: Namer, indent: str, locs: bool) -> list[str]:
     operands = ", ".join(f"%{namer[v]}" for v in op.operands)
     if op.type == "return":
-        return [f"{indent}return {operands}".rstrip()]
+        return [f"{indent}return {operands}{format_attrs(op)}".rstrip()]
     results = ", ".join(f"%{namer.result(r)}" for r in op.results)
     types = ", ".join(str(r.type) for r in op.results)
     if op.type == "param":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
@@ -69,10 +70,22 @@ def _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_for
 
 # Implementations share one signature: (x, weight, stride, pads, dilation, groups, data_format).
 
-def _lax_conv(x, w, stride, pads, dil, groups, fmt):
+def _lax_conv(x, w, stride, pads, dil, groups, fmt, preferred_element_type=None):
     """2-D convolution with Paddle's OIHW weight, via lax.conv_general_dilated."""
     return lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dil,
-                                    dimension_numbers=(fmt, "OIHW", fmt), feature_group_count=groups)
+                                    dimension_numbers=(fmt, "OIHW", fmt), feature_group_count=groups,
+                                    preferred_element_type=preferred_element_type)
+
+
+def _lax_bf16(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution with x and weight rounded to bfloat16, accumulated in float32.
+
+    A reduced-precision variant: the result is returned in x's dtype and agrees with the
+    reference to about 1e-2 relative (bfloat16 keeps 8 mantissa bits).
+    """
+    y = _lax_conv(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), stride, pads, dil, groups, fmt,
+                  preferred_element_type=jnp.float32)
+    return y.astype(x.dtype)
 
 
 def _lax_nhwc(x, w, stride, pads, dil, groups, fmt):
@@ -132,6 +145,79 @@ def _depthwise_shifted(x, w, stride, pads, dil, groups, fmt):
     return from_channels_last(y, fmt)
 
 
+# Winograd F(2x2, 3x3) transforms (Lavin & Gray 2015): a 2x2 output tile is A^T [(G g G^T) * (B^T d B)] A
+# for a 3x3 kernel g and the 4x4 input tile d, with * elementwise.
+_WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float32)
+_WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
+_WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float32)
+
+
+def winograd_applies(weight_shape, stride, dilation, groups, dtype) -> bool:
+    """Whether the ``winograd`` variant computes by Winograd (else it falls back to lax.conv):
+    float32, a 3x3 kernel, stride 1, dilation 1 and one group.
+
+    >>> winograd_applies((8, 4, 3, 3), (1, 1), (1, 1), 1, "float32")
+    True
+    >>> winograd_applies((8, 4, 3, 3), (2, 2), (1, 1), 1, "float32")
+    False
+    """
+    return (tuple(weight_shape[2:]) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+            and groups == 1 and jnp.dtype(dtype) == jnp.float32)
+
+
+def _combine(matrix, items):
+    """``matrix @ items`` for a small constant matrix and a list of arrays, as sums of the
+    arrays: zero coefficients are skipped and +-1 become additions and subtractions."""
+    rows = []
+    for coefficients in matrix:
+        acc = None
+        for c, item in zip(coefficients, items):
+            if c == 0:
+                continue
+            if acc is None:
+                acc = item if c == 1 else -item if c == -1 else c * item
+            else:
+                acc = acc + item if c == 1 else acc - item if c == -1 else acc + c * item
+        rows.append(acc)
+    return rows
+
+
+def _winograd(x, w, stride, pads, dil, groups, fmt):
+    """2-D convolution by Winograd's minimal filtering F(2x2, 3x3) for float32 3x3 kernels with
+    stride 1, dilation 1 and one group; any other convolution falls back to lax.conv, so this is
+    always the op's function.
+
+    The padded channels-last input is cut into 4x4 tiles at stride 2 (the odd last row or
+    column of outputs is computed on extra zero padding and cropped), each tile goes through
+    ``B^T d B``, the 16 transformed positions multiply the transformed weight ``G g G^T`` in
+    one batched matmul ``[16, tiles, in_c] x [16, in_c, out_c]``, and ``A^T m A`` gives the
+    2x2 output tiles. It does 16 instead of 36 multiplications per 2x2 output tile and input
+    channel; the transforms' additions round differently from a direct convolution, so results
+    agree with the reference to about 1e-4 relative (to the output's magnitude).
+    """
+    if not winograd_applies(w.shape, stride, dil, groups, x.dtype):
+        return _lax_conv(x, w, stride, pads, dil, groups, fmt)
+    x = to_channels_last(x, fmt)
+    n, h, wd, _ = x.shape
+    out_hw = [size + lo + hi - 2 for size, (lo, hi) in zip((h, wd), pads)]
+    tiles = [-(-size // 2) for size in out_hw]
+    # pad to 2 * tiles + 2 rows and columns, so every tile is whole
+    xp = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), *((lo, hi + 2 * t - o, 0) for (lo, hi), t, o
+                                                           in zip(pads, tiles, out_hw)), (0, 0, 0)])
+    # d[a][b]: element (a, b) of every tile, [n, tiles_h, tiles_w, in_c]
+    d = [[xp[:, a:a + 2 * tiles[0]:2, b:b + 2 * tiles[1]:2] for b in range(4)] for a in range(4)]
+    cols = [_combine(_WINOGRAD_BT, [d[a][b] for a in range(4)]) for b in range(4)]   # cols[b][i]: (B^T d)[i, b]
+    v = jnp.stack([t for i in range(4) for t in _combine(_WINOGRAD_BT, [cols[b][i] for b in range(4)])])
+    u = jnp.einsum("ia,jb,oxab->ijxo", _WINOGRAD_G, _WINOGRAD_G, w).reshape(16, w.shape[1], w.shape[0])
+    m = jnp.einsum("pnhwc,pco->pnhwo", v, u)   # the one batched matmul, p = 4 i + j
+    m = [[m[4 * i + j] for j in range(4)] for i in range(4)]
+    rows = [_combine(_WINOGRAD_AT, [m[i][j] for i in range(4)]) for j in range(4)]   # rows[j][r]
+    y = jnp.stack([jnp.stack(_combine(_WINOGRAD_AT, [rows[j][r] for j in range(4)]), axis=3)
+                   for r in range(2)], axis=2)   # [n, tiles_h, 2 (r), tiles_w, 2 (s), out_c]
+    y = y.reshape(n, 2 * tiles[0], 2 * tiles[1], -1)[:, :out_hw[0], :out_hw[1]]
+    return from_channels_last(y, fmt)
+
+
 def _conv_kernel(op, impl, doc=None):
     """An op kernel around ``impl``: validation, Paddle padding, bias and the fused activation
     are common to all."""
@@ -155,8 +241,11 @@ def _conv_flops(in_shapes, out_shapes, attrs):
 
 
 _VARIANTS = {"lax_nhwc": _lax_nhwc, "im2col": _im2col, "shifted_matmul": _shifted_matmul}
+# Variants computing in a narrower type than their inputs (tried only when that is allowed).
+_REDUCED_PRECISION = {"lax_bf16": _lax_bf16}
+_CONV2D_VARIANTS = {**_VARIANTS, "winograd": _winograd, **_REDUCED_PRECISION}
 # Only for one filter group per input channel, which depthwise_conv2d guarantees.
-_DEPTHWISE_VARIANTS = {**_VARIANTS, "depthwise_shifted": _depthwise_shifted}
+_DEPTHWISE_VARIANTS = {**_VARIANTS, "depthwise_shifted": _depthwise_shifted, **_REDUCED_PRECISION}
 
 
 def _conv_attrs(**extra):
@@ -173,12 +262,12 @@ def _define_conv(name, doc, variants, **extra):
                           Input("bias", rank=1, dtype="float", optional=True)],
                   attrs={**_conv_attrs(**extra), **fused_activation_attrs()},
                   variants={v: _conv_kernel(name, impl) for v, impl in variants.items()},
-                  flops=_conv_flops)
+                  reduced_precision=set(variants) & set(_REDUCED_PRECISION), flops=_conv_flops)
 
 
 
 conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",
-                      _VARIANTS,
+                      _CONV2D_VARIANTS,
                       groups=Attr("int", 1, minimum=1))
 depthwise_conv2d = _define_conv("depthwise_conv2d", "Depthwise 2-D convolution (groups = in_c), "
                                 "weight [in_c * multiplier, 1, kh, kw].", _DEPTHWISE_VARIANTS)

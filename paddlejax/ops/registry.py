@@ -171,6 +171,7 @@ class OpDef:
     outputs: tuple[str, ...] = ("out",)
     multiple_results: bool = False
     variants: dict[str, Callable] = dataclasses.field(default_factory=dict)
+    reduced_precision: frozenset[str] = frozenset()
     flops: Callable | None = None
     doc: str = ""
 
@@ -234,19 +235,25 @@ _REGISTRY: dict[str, OpDef] = {}
 
 def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[str, Attr] | None = None,
            outputs: Sequence[str] = ("out",), multiple_results: bool | None = None,
-           variants: dict[str, Callable] | None = None, flops: Callable | None = None) -> OpDef:
+           variants: dict[str, Callable] | None = None, reduced_precision: Sequence[str] = (),
+           flops: Callable | None = None) -> OpDef:
     """Declare an op and register it under ``name``; returns the :class:`OpDef`.
 
-    ``kernel(*arrays, **attrs)`` is the reference implementation; ``flops(in_shapes,
+    ``kernel(*arrays, **attrs)`` is the reference implementation; ``variants`` are other
+    kernels of the same function, and ``reduced_precision`` names those among them that compute
+    in a narrower type (autotuning tries them only when allowed); ``flops(in_shapes,
     out_shapes, attrs)`` an optional FLOP count.
     """
+    if set(reduced_precision) - set(variants or {}):
+        raise ValueError(f"op '{name}': reduced_precision names unknown variants "
+                         f"{sorted(set(reduced_precision) - set(variants or {}))}")
     if name in _REGISTRY:
         raise ValueError(f"op '{name}' is already registered")
     outputs = tuple(outputs)
     op = OpDef(name=name, kernel=kernel, inputs=tuple(inputs), attrs=dict(attrs or {}),
                outputs=outputs,
                multiple_results=len(outputs) > 1 if multiple_results is None else multiple_results,
-               variants=dict(variants or {}), flops=flops, doc=(kernel.__doc__ or "").strip())
+               variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision), flops=flops, doc=(kernel.__doc__ or "").strip())
     _REGISTRY[name] = op
     return op
 

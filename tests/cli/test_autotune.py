@@ -1,4 +1,5 @@
-"""paddlejax autotune: a table of every candidate kernel per conv op, the cache, the tuned program."""
+"""paddlejax autotune: a table of every candidate kernel per conv op, the whole-program plans,
+the cache, the tuned program."""
 import numpy as np
 import pytest
 
@@ -6,7 +7,9 @@ import paddlejax as pj
 from paddlejax.cli.main import main
 from paddlejax.passes import autotune
 
-MS = {"default": 2.0, "lax_nhwc": 3.0, "im2col": 0.5, "shifted_matmul": 1.0, "depthwise_shifted": 0.25}
+MS = {"default": 2.0, "lax_nhwc": 3.0, "im2col": 0.5, "shifted_matmul": 1.0, "winograd": 4.0, "depthwise_shifted": 0.25,
+      "lax_bf16": 0.1}
+PLAN_MS = {"NCHW": 9.0, "NCHW, tuned kernels": 7.0, "NHWC": 8.0, "NHWC, tuned kernels": 6.0}
 
 
 @pytest.fixture
@@ -23,6 +26,7 @@ def saved_cnn(tmp_path):
 @pytest.fixture(autouse=True)
 def fixed_timings(monkeypatch):
     monkeypatch.setattr(autotune, "measure", lambda candidate, *a, **k: MS[candidate] / 1e3)
+    monkeypatch.setattr(autotune, "measure_programs", lambda fns, *a, **k: {p: PLAN_MS[p] / 1e3 for p in fns})
 
 
 def test_autotune_prints_a_row_per_conv_and_saves_the_choices(saved_cnn, tmp_path, capsys):
@@ -31,14 +35,22 @@ def test_autotune_prints_a_row_per_conv_and_saves_the_choices(saved_cnn, tmp_pat
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("<lambda>: 2 conv ops, ") and lines[0].endswith(f"cache {cache}")
     assert lines[2].split() == ["#", "op", "input", "shapes", "default", "lax_nhwc", "im2col", "shifted_matmul",
-                                "depthwise_shifted", "chosen", "from"]
-    assert lines[3].split() == ["0", "conv2d", "2x3x6x6,", "4x3x3x3", "2.000", "3.000", "0.500", "1.000", "-",
-                                "im2col", "measured"]
-    assert lines[4].split()[:3] == ["1", "depthwise_conv2d", "2x4x6x6,"] and lines[4].split()[-2:] == [
+                                "winograd", "depthwise_shifted", "chosen", "from"]
+    # the chosen plan is NHWC, so the rows show the ops in NHWC
+    assert lines[3].split() == ["0", "conv2d", "2x6x6x3,", "4x3x3x3", "2.000", "3.000", "0.500", "1.000", "4.000",
+                                "-", "im2col", "measured"]
+    assert lines[4].split()[:3] == ["1", "depthwise_conv2d", "2x6x6x4,"] and lines[4].split()[-2:] == [
         "depthwise_shifted", "measured"]
-    assert lines[5:] == ["tuned 2, cached 0, annotated 2", f"saved {out}"]
+    assert lines[5:11] == ["whole program (argument parameters), median ms:",
+                           "plan                    ms",
+                           "NHWC, tuned kernels  6.000",
+                           "NCHW, tuned kernels  7.000",
+                           "NHWC                 8.000",
+                           "NCHW                 9.000"]
+    assert lines[11:] == ["tuned 4, cached 0, annotated 2, plans 4, plans_cached 0", f"saved {out}"]
     tuned = pj.load(out)
-    assert [op.attrs.get("kernel") for op in tuned.walk() if "conv" in op.type] == ["im2col", "depthwise_shifted"]
+    assert [(op.attrs["kernel"], op.attrs["data_format"]) for op in tuned.walk() if "conv" in op.type] == [
+        ("im2col", "NHWC"), ("depthwise_shifted", "NHWC")]
     x = np.ones((2, 3, 6, 6), np.float32)
     np.testing.assert_allclose(tuned(x), saved_cnn[0](x), rtol=1e-4, atol=1e-4)
 
@@ -50,7 +62,16 @@ def test_a_second_run_reads_the_cache(saved_cnn, tmp_path, capsys):
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[-1] for line in lines[3:5]] == ["cache", "cache"]
-    assert lines[-1] == "tuned 0, cached 2, annotated 2"
+    assert lines[-1] == "tuned 0, cached 4, annotated 2, plans 4, plans_cached 1"
+
+
+def test_fixed_layout_without_the_whole_program_check(saved_cnn, tmp_path, capsys):
+    args = ["autotune", str(saved_cnn[1]), "--size", "b=2", "--cache", str(tmp_path / "c.json"), "--layout", "keep",
+            "--no-check", "--reduced-precision"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "lax_bf16" in lines[2].split() and lines[3].split()[-2:] == ["lax_bf16", "measured"]
+    assert lines[-1] == "tuned 2, cached 0, annotated 2, plans 1, plans_cached 0"
 
 
 def test_bad_size_is_reported(saved_cnn, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Autotune: choices recorded as ``kernel`` annotations, the persistent cache, its keys and its
-failure modes. Timings are injected (``autotune.measure``), so no test depends on which kernel
-is really fastest here."""
+failure modes, and the whole-program plans (tuned or not, NCHW or NHWC). Timings are injected
+(``autotune.measure`` per op, ``autotune.measure_programs`` per plan), so no test depends on
+which kernel is really fastest here."""
 import json
 import re
 
@@ -12,7 +13,8 @@ from paddlejax.passes import autotune
 from paddlejax.passes import PassContext
 from paddlejax.passes.autotune import AutotuneCacheWarning, TuneCache, cache_key
 
-FAST_IM2COL = {"default": 5.0, "lax_nhwc": 4.0, "im2col": 1.0, "shifted_matmul": 3.0, "depthwise_shifted": 0.5}
+FAST_IM2COL = {"default": 5.0, "lax_nhwc": 4.0, "im2col": 1.0, "shifted_matmul": 3.0, "winograd": 2.0,
+               "depthwise_shifted": 0.5, "lax_bf16": 0.1}
 
 
 def net(p, x):
@@ -44,10 +46,26 @@ def timings(monkeypatch):
     return table, calls
 
 
+@pytest.fixture
+def plan_timings(monkeypatch):
+    """Inject milliseconds per plan label; ``calls`` lists the label sets timed."""
+    calls, table = [], {}
+
+    def fake(fns, args, *, warmup, repeats, deadline):
+        calls.append(sorted(fns))
+        for fn in fns.values():  # the plans are real executables
+            fn(*args)
+        return {label: table[label] / 1e3 for label in fns}
+
+    monkeypatch.setattr(autotune, "measure_programs", fake)
+    return table, calls
+
+
 def tune(program, cache, **options):
-    """Run the pass on ``program`` in place: ``(result, decisions)``."""
+    """Run the pass on ``program`` in place: ``(result, decisions)``. Per-op choices alone
+    unless the options ask for whole-program plans."""
     ctx = PassContext()
-    options = {"sizes": "b=2", "cache": str(cache), **options}
+    options = {"sizes": "b=2", "cache": str(cache), "check": False, "layout": "keep", **options}
     result = pj.passes.get_pass("autotune", **options).apply(program, ctx)
     return result, ctx.cache["autotune"]
 
@@ -55,12 +73,14 @@ def tune(program, cache, **options):
 def test_fastest_variant_is_recorded_and_computes_the_same(prog, timings, tmp_path):
     tuned = prog.clone()
     result, decisions = tune(tuned, tmp_path / "c.json")
-    assert result.changed and result.stats == {"tuned": 2, "cached": 0, "annotated": 2}
+    assert result.changed and result.stats == {"tuned": 2, "cached": 0, "annotated": 2, "plans": 1,
+                                               "plans_cached": 0}
     assert [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
     assert re.findall(r'kernel="\w+"', str(tuned)) == ['kernel="im2col"', 'kernel="depthwise_shifted"']
     # Only the annotation differs from the original listing.
     assert re.sub(r', kernel="\w+"', "", str(tuned)) == str(prog)
-    assert decisions[0].times_ms == {k: v for k, v in FAST_IM2COL.items() if k != "depthwise_shifted"}
+    assert decisions[0].times_ms == {k: v for k, v in FAST_IM2COL.items()
+                                     if k not in ("depthwise_shifted", "lax_bf16")}
     x = np.random.default_rng(5).normal(size=(2, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(tuned(x), prog(x), rtol=1e-4, atol=1e-4)
 
@@ -91,11 +111,12 @@ def test_program_without_convs_is_untouched(timings, tmp_path):
 def test_second_run_takes_every_choice_from_the_cache(prog, timings, tmp_path):
     cache = tmp_path / "c.json"
     tune(prog.clone(), cache)
-    assert len(timings[1]) == 4 + 5  # conv2d: default and 3 variants; depthwise: default and 4
+    assert len(timings[1]) == 5 + 5  # default and 4 float32 variants each
     timings[1].clear()
     again = prog.clone()
     result, decisions = tune(again, cache)
-    assert timings[1] == [] and result.stats == {"tuned": 0, "cached": 2, "annotated": 2}
+    assert timings[1] == [] and result.stats == {"tuned": 0, "cached": 2, "annotated": 2, "plans": 1,
+                                                 "plans_cached": 0}
     assert all(d.cached for d in decisions) and [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
     entries = json.loads(cache.read_text())["entries"]
     assert sorted(e["chosen"] for e in entries.values()) == ["depthwise_shifted", "im2col"]
@@ -106,7 +127,7 @@ def test_a_new_batch_size_is_a_new_signature(prog, timings, tmp_path):
     tune(prog.clone(), tmp_path / "c.json")
     timings[1].clear()
     result, _ = tune(prog.clone(), tmp_path / "c.json", sizes="b=4")
-    assert result.stats["tuned"] == 2 and len(timings[1]) == 9
+    assert result.stats["tuned"] == 2 and len(timings[1]) == 10
 
 
 def test_key_depends_on_signature_device_and_jax_version():
@@ -151,7 +172,7 @@ def test_tampered_entry_is_not_trusted(prog, timings, tmp_path):
 def test_workspace_limit_skips_the_patch_matrix(prog, timings, tmp_path):
     # im2col of the first conv: 2 * 8 * 8 * 27 floats = 13.8 KB; the padded inputs are under 5 KB
     _, decisions = tune(prog, tmp_path / "c.json", workspace_mb=0.01)
-    assert [autotune.workspace_bytes(c, decisions[0].signature) for c in autotune.candidates("conv2d")] == [
+    assert [autotune.workspace_bytes(c, decisions[0].signature) for c in autotune.candidates("conv2d")][:4] == [
         0, (2 * 3 * 64 + 2 * 4 * 64) * 4, 2 * 64 * 27 * 4, 2 * 3 * 100 * 4]
     assert decisions[0].times_ms["im2col"] is None and decisions[0].chosen == "shifted_matmul"
     assert timings[1][:3] == ["default", "lax_nhwc", "shifted_matmul"]
@@ -193,3 +214,103 @@ def test_bad_options_are_named(prog, tmp_path):
         tune(prog, tmp_path / "c.json", repeats=0)
     with pytest.raises(ValueError, match="sizes expects NAME=N"):
         tune(prog, tmp_path / "c.json", sizes="b")
+    with pytest.raises(ValueError, match="layout must be auto, keep, NCHW or NHWC"):
+        tune(prog, tmp_path / "c.json", layout="CHWN")
+    with pytest.raises(ValueError, match="layout=auto times whole programs, so it needs check=true"):
+        tune(prog, tmp_path / "c.json", layout="auto")
+
+
+def test_reduced_precision_variants_compete_only_when_allowed(prog, timings, tmp_path):
+    _, strict = tune(prog.clone(), tmp_path / "c.json")
+    assert "lax_bf16" not in timings[1] and [d.chosen for d in strict] == ["im2col", "depthwise_shifted"]
+    _, relaxed = tune(prog, tmp_path / "c.json", reduced_precision=True)
+    assert [d.chosen for d in relaxed] == ["lax_bf16", "lax_bf16"]
+    assert all(not d.cached for d in relaxed)  # a separate cache entry, never the float32 one
+    x = np.random.default_rng(5).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    reference = pj.trace(net, pj.InputSpec((None, 3, 8, 8)), params=params())(x)
+    np.testing.assert_allclose(prog(x), reference, rtol=2e-2, atol=2e-2)
+
+
+# -- whole-program plans -------------------------------------------------------------------------
+
+def plan_labels(ctx_plans):
+    return [(p.label, p.ms) for p in ctx_plans]
+
+
+def tune_plans(program, cache, **options):
+    ctx = PassContext()
+    options = {"sizes": "b=2", "cache": str(cache), **options}
+    result = pj.passes.get_pass("autotune", **options).apply(program, ctx)
+    return result, ctx.cache["autotune_plans"]
+
+
+def test_whole_program_check_keeps_the_untuned_program_when_it_is_faster(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 3.0, "NCHW, tuned kernels": 4.0})
+    before = str(prog)
+    result, plans = tune_plans(prog, tmp_path / "c.json", layout="keep")
+    assert plan_labels(plans) == [("NCHW", 3.0), ("NCHW, tuned kernels", 4.0)]
+    assert not result.changed and str(prog) == before and result.stats["annotated"] == 0
+    assert plan_timings[1] == [["NCHW", "NCHW, tuned kernels"]]
+
+
+def test_a_plan_within_the_noise_leaves_the_program_as_it_is(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 3.0, "NCHW, tuned kernels": 2.95, "NHWC": 2.99, "NHWC, tuned kernels": 3.5})
+    before = str(prog)
+    result, plans = tune_plans(prog, tmp_path / "c.json")
+    assert plans[0].label == "NCHW" and not result.changed and str(prog) == before
+    with pytest.raises(ValueError, match="min_gain must be a fraction in \\[0, 1\\), got 1.5"):
+        tune_plans(prog, tmp_path / "c.json", min_gain=1.5)
+
+
+def test_whole_program_check_keeps_the_tuned_kernels_when_they_win(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 3.0, "NCHW, tuned kernels": 2.0})
+    result, plans = tune_plans(prog, tmp_path / "c.json", layout="keep")
+    assert plans[0].label == "NCHW, tuned kernels" and result.stats["annotated"] == 2
+
+
+def test_layout_auto_converts_the_program_when_the_other_layout_is_faster(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 2.0, "NHWC, tuned kernels": 3.0})
+    tuned = prog.clone()
+    result, plans = tune_plans(tuned, tmp_path / "c.json")
+    assert [p.label for p in plans] == ["NHWC", "NHWC, tuned kernels", "NCHW, tuned kernels", "NCHW"]
+    assert result.changed and result.stats["annotated"] == 0
+    assert [op.attrs["data_format"] for op in tuned.walk() if "data_format" in op.attrs] == ["NHWC", "NHWC"]
+    assert [op.type for op in tuned.walk()].count("transpose") == 2  # in at the input, out at the output
+    x = np.random.default_rng(2).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(tuned(x), prog(x), rtol=1e-5, atol=1e-5)
+
+
+def test_second_run_takes_the_plan_from_the_cache(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 3.0, "NHWC, tuned kernels": 2.0})
+    first = prog.clone()
+    tune_plans(first, tmp_path / "c.json")
+    timings[1].clear()
+    plan_timings[1].clear()
+    again = prog.clone()
+    result, plans = tune_plans(again, tmp_path / "c.json")
+    assert timings[1] == [] and plan_timings[1] == []
+    assert result.stats["plans_cached"] == 1 and plans[0].label == "NHWC, tuned kernels"
+    assert str(again) == str(first)
+
+
+def test_frozen_tuning_compiles_the_weights_in_as_constants(prog, monkeypatch, tmp_path):
+    seen = []
+
+    def fake(candidate, fn, args, **_):
+        seen.append(len(args))
+        jax_out = fn(*args)  # the kernel really runs with the weights closed over
+        assert jax_out.shape[0] == 2
+        return FAST_IM2COL[candidate] / 1e3
+
+    monkeypatch.setattr(autotune, "measure", fake)
+    _, decisions = tune(prog, tmp_path / "c.json", frozen=True)
+    assert set(seen) == {1}  # only the activation is an argument
+    assert [d.signature["constant_operands"] for d in decisions] == [[1, 2], [1]]
+
+
+def test_frozen_plans_are_a_separate_choice(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 3.0, "NHWC, tuned kernels": 2.0})
+    tune_plans(prog.clone(), tmp_path / "c.json")
+    plan_timings[1].clear()
+    tune_plans(prog.clone(), tmp_path / "c.json", frozen=True)
+    assert len(plan_timings[1]) == 1

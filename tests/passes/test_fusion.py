@@ -280,6 +280,40 @@ program @<lambda>(%x: f32[2,3,4]) -> (f32[4,3,2]) {
     assert_same_function(prog, out, (2, 3, 4))
 
 
+def test_eliminate_transposes_sinks_below_pointwise_ops_to_meet_the_inverse():
+    def f(x, y):
+        a, b = jnp.transpose(x, (0, 2, 1)), jnp.transpose(y, (0, 2, 1))
+        return jnp.transpose(pj.ops.relu(a + b) * 2.0, (0, 2, 1))
+
+    prog = pj.trace(f, jnp.ones((1, 2, 3)), jnp.ones((1, 2, 3)))
+    out, result = apply(prog, "eliminate_transposes")
+    assert result.stats == {"sunk": 3, "transposes": 1}
+    assert str(out) == """\
+program @f(%x: f32[1,2,3], %y: f32[1,2,3]) -> (f32[1,2,3]) {
+  %0 = lax.add(%x, %y) : f32[1,2,3]
+  %1 = relu(%0) : f32[1,2,3]
+  %2 = constant 2.0 : f32[]
+  %3 = lax.mul(%1, %2) : f32[1,2,3]
+  return %3
+}"""
+    x, y = (jax.random.normal(jax.random.PRNGKey(i), (1, 2, 3)) for i in range(2))
+    np.testing.assert_array_equal(out(x, y), prog(x, y))
+
+
+def test_eliminate_transposes_does_not_sink_a_transpose_other_ops_still_need():
+    def f(x):
+        t = jnp.transpose(x, (1, 0))
+        return pj.ops.relu(t), t @ x
+
+    prog = pj.trace(f, jnp.ones((2, 2)))
+    assert_unchanged(prog, "eliminate_transposes")
+
+
+def test_eliminate_transposes_does_not_sink_different_permutations():
+    prog = pj.trace(lambda x: jnp.transpose(x, (1, 0, 2)) + jnp.transpose(x, (0, 2, 1)), jnp.ones((2, 2, 2)))
+    assert_unchanged(prog, "eliminate_transposes")
+
+
 def test_eliminate_transposes_drops_identity_and_keeps_a_transpose_read_elsewhere():
     def f(x):
         t = pj.ops.transpose(x, perm=(1, 0))

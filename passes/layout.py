@@ -1,0 +1,85 @@
+"""Whole-program layout conversion: run every layout-aware op in one data format.
+
+``convert_layout{to=NHWC}`` rewrites each conv / pool / norm op whose ``data_format`` differs
+from ``to`` into the same op in ``to``, between a transpose of its input into the new layout
+and a transpose of its result back. The program computes the same function; then the
+transposes are cancelled and sunk (:class:`paddlejax.passes.fusion.EliminateTransposes`): a
+transpose back followed by a transpose in again vanishes, and pointwise ops (activations,
+``elementwise_*``, casts) between layout ops move into the new layout, so a CNN keeps one
+transpose at its input and one where it leaves the image layout (before a flatten or at its
+outputs). Exact: only the order of the data changes.
+
+Which layout is faster depends on the device and the shapes (on XLA's CPU backend NHWC
+convolutions run faster; on TPUs and GPUs XLA picks its own layouts), so the ``autotune`` pass
+times the whole program in both and keeps the faster (its ``layout`` option).
+
+>>> import paddlejax as pj
+>>> model = pj.nn.Sequential(pj.nn.Conv2D(3, 4, 3), pj.nn.ReLU(), pj.nn.MaxPool2D(2))
+>>> prog = pj.to_static(model, pj.InputSpec((None, 3, 8, 8)))
+>>> nhwc = pj.passes.run(prog, "convert_layout{to=NHWC}")
+>>> [(op.type, op.attrs.get("data_format")) for op in nhwc.walk() if op.type != "param"]
+[('transpose', None), ('conv2d', 'NHWC'), ('relu', None), ('pool2d', 'NHWC'), ('transpose', None), ('return', None)]
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from paddlejax.ir.core import Op, Program, TensorType
+from paddlejax.ir.rewriter import Rewriter
+from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
+from paddlejax.passes.fusion import EliminateTransposes, TRANSPOSES
+from paddlejax.passes.rewrite import apply_patterns
+
+LAYOUT_OPS = frozenset({"conv2d", "depthwise_conv2d", "conv2d_transpose", "pool2d", "adaptive_pool2d",
+                        "batch_norm", "group_norm"})
+# perm into each layout from the other one (transpose: out.shape[i] = x.shape[perm[i]])
+INTO = {"NHWC": (0, 2, 3, 1), "NCHW": (0, 3, 1, 2)}
+
+
+def permuted(t: TensorType, perm) -> TensorType:
+    """The type of ``transpose(x: t, perm)``."""
+    return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
+
+
+def _convertible(op: Op, to: str) -> bool:
+    # only the first result is an image; batch_norm's others are per-channel statistics
+    return (op.type in LAYOUT_OPS and op.attrs.get("data_format") in INTO and op.attrs["data_format"] != to
+            and len(op.operands[0].type.shape) == 4 and len(op.results[0].type.shape) == 4)
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class ConvertLayout(Pass):
+    """Run every 4-D conv / pool / norm op in layout ``to`` (``NHWC`` or ``NCHW``), with the
+    fewest transposes that keep the program's function (see the module doc). Exact.
+
+    Statistics: ``converted`` ops and the ``transposes`` the program holds afterwards.
+    """
+
+    name = "convert_layout"
+    to: str = "NHWC"
+
+    def apply(self, program: Program, ctx: PassContext) -> PassResult:
+        if self.to not in INTO:
+            raise ValueError(f"convert_layout: 'to' must be one of {sorted(INTO)}, got {self.to!r}")
+        into, back = INTO[self.to], INTO["NCHW" if self.to == "NHWC" else "NHWC"]
+        rewriter = Rewriter(program)
+        converted = 0
+        moved: dict = {}  # (value, block) -> the value in the new layout, transposed once per block
+        for op in [op for op in program.walk() if _convertible(op, self.to)]:
+            x, rest = op.operands[0], op.operands[1:]
+            key = (x, id(op.parent))
+            if key not in moved:
+                moved[key] = rewriter.insert_before(op, Op("transpose", [x], [permuted(x.type, into)],
+                                                           {"perm": into}, loc=op.loc)).result
+            types = [permuted(op.results[0].type, into), *(r.type for r in op.results[1:])]
+            new = rewriter.insert_before(op, Op(op.type, [moved[key], *rest], types,
+                                                {**op.attrs, "data_format": self.to}, loc=op.loc))
+            out = rewriter.insert_before(op, Op("transpose", [new.results[0]], [op.results[0].type], {"perm": back},
+                                                loc=op.loc))
+            rewriter.replace_op(op, [out.result, *new.results[1:]])
+            converted += 1
+        if converted:
+            apply_patterns(program, EliminateTransposes().patterns())
+        return PassResult(bool(converted), {"converted": converted,
+                                            "transposes": sum(op.type in TRANSPOSES for op in program.walk())})
