@@ -5,28 +5,27 @@
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
-import time
 
 import jax
 
 import paddlejax as pj
+from paddlejax.passes.autotune import measure_programs
 
 
-def alternate(fns: dict, warmup: int, repeats: int) -> dict:
-    """Median milliseconds per call of each function, calls interleaved to share the noise."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            jax.block_until_ready(fn())
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[k].append(time.perf_counter() - t)
-    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+def alternate(fns: dict, warmup: int, repeats: int, rounds: bool = False) -> dict:
+    """Median milliseconds per call of each function, calls interleaved to share the noise;
+    with ``rounds``, every call's seconds, round by round (for paired ratios)."""
+    times = measure_programs(fns, (), warmup=warmup, repeats=repeats, deadline=math.inf)
+    return times if rounds else {k: 1e3 * statistics.median(v) for k, v in times.items()}
+
+
+def paired_ratio(times: dict, slow: str, fast: str) -> float:
+    """The median over rounds of ``slow``'s time divided by ``fast``'s in the same round."""
+    return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
 
 
 def machine() -> str:

@@ -262,11 +262,12 @@ class Decision:
 @dataclasses.dataclass
 class Plan:
     """A whole-program candidate: the program in ``layout`` (``""``: as it is), with the
-    per-op kernel choices (``kernels``) or with every op's default kernel; ``ms`` is its
-    measured median latency (``None``: not timed)."""
+    per-op kernel choices (``kernels``) or with every op's default kernel, as ``program``;
+    ``ms`` is its measured median latency (``None``: not timed)."""
 
     layout: str
     kernels: bool
+    program: Program | None = dataclasses.field(default=None, repr=False)
     ms: float | None = None
 
     @property
@@ -288,9 +289,10 @@ def program_layout(program: Program) -> str:
 
 
 def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,
-                     deadline: float) -> dict[str, float]:
-    """Median seconds per call of each of ``fns`` on ``args``, calls interleaved so that they
-    share the machine's noise; stops repeating at ``deadline`` after at least one round.
+                     deadline: float) -> dict[str, list[float]]:
+    """Seconds per call of each of ``fns`` on ``args``, round by round: every round calls each
+    once, so that one round's calls share the machine's state; stops at ``deadline`` after at
+    least one round.
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
@@ -305,7 +307,7 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
             times[label].append(time.perf_counter() - start)
         if time.perf_counter() > deadline:
             break
-    return {label: statistics.median(t) for label, t in times.items()}
+    return times
 
 
 def random_inputs(program: Program, env: dict) -> tuple:
@@ -329,6 +331,25 @@ def _without_kernels(program: Program) -> Program:
     for op in bare.walk():
         rewriter.remove_attr(op, KERNEL_ATTR)
     return bare
+
+
+def _annotate(rewriter: Rewriter, decisions: list[Decision], kernels: bool) -> None:
+    """Record each decision as its op's ``kernel`` annotation (none for the default kernel, and
+    none at all unless ``kernels``)."""
+    for d in decisions:
+        if d.chosen == DEFAULT or not kernels:
+            rewriter.remove_attr(d.op, KERNEL_ATTR)
+        elif d.op.attrs.get(KERNEL_ATTR) != d.chosen:
+            rewriter.set_attr(d.op, KERNEL_ATTR, d.chosen)
+
+
+def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Program:
+    """A copy of ``program`` annotated with ``decisions`` (made on ``program``'s ops)."""
+    copy = program.clone()
+    position = {id(op): i for i, op in enumerate(program.walk())}
+    ops = list(copy.walk())  # a clone walks in the same order
+    _annotate(Rewriter(copy), [dataclasses.replace(d, op=ops[position[id(d.op)]]) for d in decisions], kernels)
+    return copy
 
 
 def decision_table(decisions: list[Decision], reduced_precision: bool = False) -> list[tuple[str, ...]]:
@@ -412,35 +433,31 @@ class Autotune(Pass):
             layouts = [self.layout]
         elif self.layout == "auto" and current in INTO:
             layouts = [current, next(f for f in INTO if f != current)]
-        variants: dict[str, tuple[Program, list[Decision]]] = {}
+        plans, tried = [], {}
         for layout in layouts:
             variant = program.clone()
             if layout != current:
                 ConvertLayout(to=layout).apply(variant, PassContext())
-            variants[layout] = variant, self.decide(variant, store)
-        plans = [Plan(layout, kernels) for layout, (_, decisions) in variants.items()
-                 for kernels in self._kernel_options(decisions)]
-        plans_cached = len(plans) > 1 and self._choose(program, plans, variants, store)
-        tried = [d for _, decisions in variants.values() for d in decisions]
-        if any(not d.cached for d in tried) or len(plans) > 1 and not plans_cached:
+            tried[layout] = self.decide(variant, store)
+            plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels))
+                      for kernels in self._kernel_options(tried[layout])]
+        plans_cached = len(plans) > 1 and self._choose(program, plans, store)
+        if any(not d.cached for ds in tried.values() for d in ds) or len(plans) > 1 and not plans_cached:
             store.save()
         chosen = plans[0]
         rewriter = Rewriter(program)
         if chosen.layout != current:
             ConvertLayout(to=chosen.layout).apply(program, ctx)
             rewriter.changed = True
-        # every choice is in the cache by now; the plan's variant says which were measured
+        # every choice is in the cache by now; the plan's own decisions say which were measured
         decisions = [dataclasses.replace(d, cached=timed.cached) for d, timed in
-                     zip(self.decide(program, store), variants[chosen.layout][1])]
-        for d in decisions:
-            if d.chosen == DEFAULT or not chosen.kernels:
-                rewriter.remove_attr(d.op, KERNEL_ATTR)
-            elif d.op.attrs.get(KERNEL_ATTR) != d.chosen:
-                rewriter.set_attr(d.op, KERNEL_ATTR, d.chosen)
+                     zip(self.decide(program, store), tried[chosen.layout])]
+        _annotate(rewriter, decisions, chosen.kernels)
         ctx.cache["autotune"] = decisions
         ctx.cache["autotune_plans"] = plans
         return PassResult(rewriter.changed, {
-            "tuned": sum(not d.cached for d in tried), "cached": sum(d.cached for d in tried),
+            "tuned": sum(not d.cached for ds in tried.values() for d in ds),
+            "cached": sum(d.cached for ds in tried.values() for d in ds),
             "annotated": sum(op.attrs.get(KERNEL_ATTR) is not None for op in program.walk()),
             "plans": len(plans), "plans_cached": int(plans_cached)})
 
@@ -451,7 +468,7 @@ class Autotune(Pass):
             return (False,)
         return (False, True) if self.check else (True,)
 
-    def _choose(self, program: Program, plans: list[Plan], variants: dict, store: TuneCache) -> bool:
+    def _choose(self, program: Program, plans: list[Plan], store: TuneCache) -> bool:
         """Sort ``plans`` fastest first, each with its milliseconds, from ``store`` or timed
         (and stored); returns whether they came from the cache."""
         env = size_env(program, parse_sizes(self.sizes))
@@ -464,18 +481,18 @@ class Autotune(Pass):
         cached = entry is not None
         if not cached:
             args = random_inputs(program, env)
-            fns = {}
-            for plan in plans:
-                variant = variants[plan.layout][0]
-                fns[plan.label] = (variant if plan.kernels else _without_kernels(variant)).compile(
-                    *args, freeze_params=self.frozen)
+            fns = {plan.label: plan.program.compile(*args, freeze_params=self.frozen) for plan in plans}
             deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
-            seconds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline)
-            times = {label: 1e3 * t for label, t in seconds.items()}
-            fastest = min(times, key=times.get)
+            rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline)
+            times = {label: 1e3 * statistics.median(t) for label, t in rounds.items()}
+            # compared round by round with the program as it is, so that drifts of a shared
+            # machine cancel; a plan must win by min_gain to replace it
             unchanged = Plan(program_layout(program), False).label
-            if unchanged in times and times[fastest] > (1 - self.min_gain) * times[unchanged]:
-                fastest = unchanged  # within the noise: leave the program as it is
+            relative = ({label: statistics.median(a / b for a, b in zip(t, rounds[unchanged]))
+                         for label, t in rounds.items()} if unchanged in rounds else {})
+            fastest = min(relative or times, key=(relative or times).get)
+            if relative and relative[fastest] > 1 - self.min_gain:
+                fastest = unchanged
             entry = {"signature": signature, "device": device_kind(), "jax": jax.__version__, "times_ms": times,
                      "chosen": fastest}
             store.store(key, entry)

@@ -26,7 +26,7 @@ def saved_cnn(tmp_path):
 @pytest.fixture(autouse=True)
 def fixed_timings(monkeypatch):
     monkeypatch.setattr(autotune, "measure", lambda candidate, *a, **k: MS[candidate] / 1e3)
-    monkeypatch.setattr(autotune, "measure_programs", lambda fns, *a, **k: {p: PLAN_MS[p] / 1e3 for p in fns})
+    monkeypatch.setattr(autotune, "measure_programs", lambda fns, *a, **k: {p: [PLAN_MS[p] / 1e3] for p in fns})
 
 
 def test_autotune_prints_a_row_per_conv_and_saves_the_choices(saved_cnn, tmp_path, capsys):

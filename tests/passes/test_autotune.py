@@ -55,7 +55,7 @@ def plan_timings(monkeypatch):
         calls.append(sorted(fns))
         for fn in fns.values():  # the plans are real executables
             fn(*args)
-        return {label: table[label] / 1e3 for label in fns}
+        return {label: [table[label] / 1e3] for label in fns}
 
     monkeypatch.setattr(autotune, "measure_programs", fake)
     return table, calls
@@ -193,6 +193,14 @@ def test_cache_file_is_replaced_atomically(tmp_path):
     assert TuneCache(tmp_path / "sub" / "c.json").entries == {"k": {"chosen": "default"}}
 
 
+def test_measure_programs_times_every_plan_in_each_round():
+    order = []
+    fns = {"a": lambda x: order.append("a") or x, "b": lambda x: order.append("b") or x}
+    rounds = autotune.measure_programs(fns, (np.ones(2),), warmup=1, repeats=3, deadline=float("inf"))
+    assert order == ["a", "b"] + ["a", "b"] * 3  # warm-ups, then interleaved rounds
+    assert [len(t) for t in rounds.values()] == [3, 3]
+
+
 def test_measure_stops_at_the_deadline():
     calls = []
     fn = lambda x: calls.append(x) or x  # noqa: E731
@@ -266,6 +274,17 @@ def test_whole_program_check_keeps_the_tuned_kernels_when_they_win(prog, timings
     plan_timings[0].update({"NCHW": 3.0, "NCHW, tuned kernels": 2.0})
     result, plans = tune_plans(prog, tmp_path / "c.json", layout="keep")
     assert plans[0].label == "NCHW, tuned kernels" and result.stats["annotated"] == 2
+
+
+def test_each_plan_times_its_own_program(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 3.0, "NHWC, tuned kernels": 2.0})
+    _, plans = tune_plans(prog, tmp_path / "c.json")
+    kernels = {p.label: [op.attrs.get("kernel") for op in p.program.walk() if "conv" in op.type] for p in plans}
+    layouts = {p.label: {op.attrs["data_format"] for op in p.program.walk() if "conv" in op.type} for p in plans}
+    assert kernels == {"NHWC, tuned kernels": ["im2col", "depthwise_shifted"], "NHWC": [None, None],
+                       "NCHW, tuned kernels": ["im2col", "depthwise_shifted"], "NCHW": [None, None]}
+    assert layouts == {"NHWC, tuned kernels": {"NHWC"}, "NHWC": {"NHWC"}, "NCHW, tuned kernels": {"NCHW"},
+                       "NCHW": {"NCHW"}}
 
 
 def test_layout_auto_converts_the_program_when_the_other_layout_is_faster(prog, timings, plan_timings, tmp_path):
