@@ -1,1 +1,7 @@
-"""paddlejax.slim (to come)."""
+"""Compression (imported as ``paddlejax.slim``): quantization, with more to come.
+
+>>> import paddlejax as pj
+>>> sorted(pj.slim.quant.OBSERVERS)[:3]
+['KL', 'abs_max', 'avg']
+"""
+from paddlejax.slim import quant  # noqa: F401

@@ -9,8 +9,8 @@ import paddlejax
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(paddlejax.__path__, "paddlejax.")
                  if not m.name.startswith("paddlejax.cli"))
-for package in (paddlejax.passes, paddlejax.models):
-    MODULES += sorted(f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__))
+for package in (paddlejax.passes, paddlejax.models, paddlejax.slim):
+    MODULES += sorted(m.name for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}."))
 
 
 @pytest.mark.parametrize("name", ["paddlejax", *MODULES])

@@ -17,6 +17,8 @@ from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_ma
                                 elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
 from paddlejax.ops.norm import batch_norm, group_norm, layer_norm  # noqa: F401
 from paddlejax.ops.pool import adaptive_pool2d, pool2d  # noqa: F401
+from paddlejax.ops.quant import (dequantize, fake_quantize, fake_quantize_asym, quantize,  # noqa: F401
+                                 quantized_conv2d, quantized_linear, quantized_matmul, weight_only_linear)
 from paddlejax.ops.random import dropout, split_key  # noqa: F401
 from paddlejax.ops.rnn import gru, lstm  # noqa: F401
 from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401

@@ -15,6 +15,8 @@ OP_NAMES = {
     "leaky_relu", "hard_swish", "softmax", "log_softmax", "pool2d", "cross_entropy", "dropout", "reshape",
     "transpose", "concat", "split", "slice", "pad", "cast", "reduce_sum", "reduce_mean", "reduce_max",
     "scaled_dot_product_attention", "lstm", "gru", "split_key", "adaptive_pool2d",
+    "fake_quantize", "fake_quantize_asym", "quantize", "dequantize", "quantized_linear", "quantized_matmul",
+    "quantized_conv2d", "weight_only_linear",
 }
 
 

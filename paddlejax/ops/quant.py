@@ -1,0 +1,389 @@
+"""Quantization ops: fake quantization for training, quantize/dequantize, and linear, matmul and
+conv2d computed on int8 with int32 accumulation, plus weight-only int8/int4 linear.
+
+Conventions (Paddle's):
+
+- Symmetric quantization to ``bits`` bits uses ``qmax = 2**(bits - 1) - 1`` levels each side
+  of zero, and a **scale is the absolute maximum** of the range, not the step:
+  ``q = clip(round(x / scale * qmax), -qmax, qmax)`` and ``x ~ q * scale / qmax``.
+  ``round`` is round-half-to-even (``jnp.round``). A scale that is not positive (an all-zero
+  channel) quantizes everything to 0.
+- A scale of shape ``()`` is per tensor; a scale of shape ``(C,)`` is per channel along the
+  ``axis`` attribute (``C`` must be the size of that axis). The quantized ops take the weight's
+  per-output-channel scale directly.
+- Quantized values are stored as int8 whatever ``bits`` is; 4-bit weights are packed two to a
+  byte by :func:`pack_int4`.
+- Divisions are written as multiplications by reciprocals (``x * (qmax / scale)``,
+  ``q * (scale * (1 / qmax))``): XLA's CPU backend computes a division by a broadcast value that
+  way anyway, so spelling it out gives the same bits on every backend and in numpy.
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.ops.quant import dequantize, quantize
+>>> x = jnp.array([-1.0, 0.25, 0.5, 2.0])
+>>> q = quantize(x, jnp.float32(1.0))   # scale 1.0: [-1, 1] maps to [-127, 127]
+>>> q.tolist(), q.dtype.name
+([-127, 32, 64, 127], 'int8')
+>>> [round(v, 4) for v in dequantize(q, jnp.float32(1.0)).tolist()]   # 2.0 was clipped to the scale
+[-1.0, 0.252, 0.5039, 1.0]
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from paddlejax.ops.activation import fused_activation, fused_activation_attrs
+from paddlejax.ops.common import channel_axis, input_error, norm_axis
+from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, conv2d
+from paddlejax.ops.math import _matmul_flops
+from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+
+_BITS = (4, 8)
+_INT8_QMAX = 127
+
+
+def qmax(bits: int) -> int:
+    """The largest quantized magnitude of symmetric ``bits``-bit quantization.
+
+    >>> qmax(8), qmax(4)
+    (127, 7)
+    """
+    return 2 ** (bits - 1) - 1
+
+
+def _bits_attr():
+    return Attr("int", 8, choices=_BITS, doc="quantization bit width")
+
+
+def _axis_attr():
+    return Attr("int", None, optional=True, doc="channel axis of a per-channel (1-D) scale")
+
+
+def _require_dtype(op: str, name: str, x, dtype: str) -> None:
+    if jnp.dtype(x.dtype) != jnp.dtype(dtype):
+        article = "an" if dtype.startswith("int") else "a"
+        raise input_error(op, name, f"{article} {dtype} array", jnp.dtype(x.dtype).name)
+
+
+def _scale_along(op: str, name: str, scale, shape, axis):
+    """``scale`` shaped to broadcast against an array of ``shape``: a 0-d scale as it is, a
+    ``(C,)`` scale along ``axis`` (which must then be given, with ``shape[axis] == C``)."""
+    if scale.ndim == 0:
+        return scale
+    if axis is None:
+        raise input_error(op, name, "shape () for a per-tensor scale (set 'axis' for per-channel scales)",
+                          tuple(scale.shape))
+    axis = norm_axis(op, "axis", axis, len(shape))
+    if tuple(scale.shape) != (shape[axis],):
+        raise input_error(op, name, f"shape () or ({shape[axis]},) (one scale per channel along axis {axis})",
+                          tuple(scale.shape))
+    return scale.reshape([-1 if i == axis else 1 for i in range(len(shape))])
+
+
+def _quantize_values(x, scale, levels: int):
+    """``clip(round(x * (levels / scale)), -levels, levels)`` as floats; 0 where ``scale <= 0``."""
+    positive = scale > 0
+    inverse_step = jnp.where(positive, levels / jnp.where(positive, scale, 1), 0)
+    return jnp.clip(jnp.round(x * inverse_step), -levels, levels)
+
+
+def _dequantize_values(q, scale, levels: int):
+    """``q * (scale * (1 / levels))``."""
+    return q * (scale * (1 / levels))
+
+
+def _fake_quantize(x, scale, *, bits, axis):
+    """Quantize then dequantize in float (QAT): ``clip(round(x / scale * qmax), -qmax, qmax)
+    * scale / qmax``, with straight-through gradients.
+
+    The gradient with respect to ``x`` is 1 where ``|x| <= scale`` and 0 outside (the
+    clipped values); ``scale`` gets no gradient (it comes from an observer, as in PaddleSlim).
+
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.array([0.1, 0.3, 1.5])
+    >>> fake_quantize(x, jnp.float32(1.0), bits=4).tolist()   # steps of 1/7
+    [0.1428571492433548, 0.2857142984867096, 1.0]
+    >>> jax.grad(lambda t: fake_quantize(t, jnp.float32(1.0)).sum())(x).tolist()
+    [1.0, 1.0, 0.0]
+    """
+    s = lax.stop_gradient(_scale_along("fake_quantize", "scale", scale, x.shape, axis))
+    frozen = lax.stop_gradient(x)
+    dtype = jnp.result_type(x, s)
+    levels = qmax(bits)
+    out = _dequantize_values(_quantize_values(frozen.astype(dtype), s.astype(dtype), levels), s.astype(dtype),
+                             levels).astype(x.dtype)
+    # x - frozen is exactly zero but has derivative one: the straight-through estimator.
+    return out + jnp.where(jnp.abs(frozen) <= s, x - frozen, jnp.zeros((), x.dtype))
+
+
+def _fake_quantize_asym(x, min_value, max_value, *, bits, axis):
+    """Asymmetric (unsigned, zero-pointed) quantize-then-dequantize for activations.
+
+    The range ``[min, max]`` is widened to include 0 (so that 0 is exact), split into
+    ``2**bits - 1`` steps of ``(max - min) / (2**bits - 1)``, and the zero point is
+    ``round(-min / step)``: ``q = clip(round(x / step) + zero_point, 0, 2**bits - 1)`` and the
+    result is ``(q - zero_point) * step``. Gradients are straight-through: 1 for ``x`` inside
+    ``[min, max]``, 0 outside; ``min`` and ``max`` get none. An empty range gives zeros.
+
+    >>> import jax.numpy as jnp
+    >>> y = fake_quantize_asym(jnp.array([-0.45, 0.25, 1.0, 9.0]), jnp.float32(-1.0), jnp.float32(2.0), bits=4)
+    >>> [round(v, 4) for v in y.tolist()]   # steps of 0.2 from -1.0; 9.0 clips to 2.0
+    [-0.4, 0.2, 1.0, 2.0]
+    """
+    op = "fake_quantize_asym"
+    low = jnp.minimum(lax.stop_gradient(_scale_along(op, "min", min_value, x.shape, axis)), 0)
+    high = jnp.maximum(lax.stop_gradient(_scale_along(op, "max", max_value, x.shape, axis)), 0)
+    frozen = lax.stop_gradient(x)
+    dtype = jnp.result_type(x, low, high)
+    levels = 2 ** bits - 1
+    step = ((high - low) * (1 / levels)).astype(dtype)
+    nonempty = step > 0
+    inverse_step = 1 / jnp.where(nonempty, step, 1)
+    zero_point = jnp.clip(jnp.round(-low * inverse_step), 0, levels)
+    q = jnp.clip(jnp.round(frozen.astype(dtype) * inverse_step) + zero_point, 0, levels)
+    out = jnp.where(nonempty, (q - zero_point) * step, 0).astype(x.dtype)
+    inside = (frozen >= low) & (frozen <= high)
+    return out + jnp.where(inside, x - frozen, jnp.zeros((), x.dtype))
+
+
+def _quantize(x, scale, *, bits, axis):
+    """Symmetric quantization to int8 values in ``[-qmax, qmax]``:
+    ``clip(round(x / scale * qmax), -qmax, qmax)`` (round half to even).
+
+    >>> import jax.numpy as jnp
+    >>> quantize(jnp.array([[0.5, -0.5], [0.5, -0.5]]), jnp.array([1.0, 0.5]), axis=1).tolist()
+    [[64, -127], [64, -127]]
+    """
+    s = _scale_along("quantize", "scale", scale, x.shape, axis)
+    dtype = jnp.result_type(x, s)
+    return _quantize_values(x.astype(dtype), s.astype(dtype), qmax(bits)).astype(jnp.int8)
+
+
+def _dequantize(q, scale, *, bits, axis):
+    """int8 quantized values back to float32: ``q * scale / qmax``.
+
+    >>> import jax.numpy as jnp
+    >>> [round(v, 4) for v in dequantize(jnp.array([7, -3], jnp.int8), jnp.float32(2.0), bits=4).tolist()]
+    [2.0, -0.8571]
+    """
+    _require_dtype("dequantize", "q", q, "int8")
+    s = _scale_along("dequantize", "scale", scale, q.shape, axis).astype(jnp.float32)
+    return _dequantize_values(q.astype(jnp.float32), s, qmax(bits))
+
+
+def _rescale(acc, scales):
+    """int32 accumulators to float32 with one multiply by ``scales / qmax**2``."""
+    return acc.astype(jnp.float32) * (scales.astype(jnp.float32) * (1 / _INT8_QMAX ** 2))
+
+
+def _check_bias(op: str, bias, out_features: int) -> None:
+    if bias is not None and tuple(bias.shape) != (out_features,):
+        raise input_error(op, "bias", f"shape ({out_features},)", tuple(bias.shape))
+
+
+def _quantized_linear(x_q, w_q, x_scale, w_scale, bias=None, *, act=None, act_alpha=None):
+    """``act(x @ w + bias)`` on int8 ``x_q`` and int8 weight ``w_q`` ``[in, out]``: one int8
+    dot accumulating in int32, then one rescale by ``x_scale * w_scale / 127**2`` to float32.
+
+    ``x_scale`` is per tensor; ``w_scale`` per tensor or per output channel ``(out,)``.
+
+    >>> import jax.numpy as jnp
+    >>> x_q, w_q = jnp.array([[127, -64]], jnp.int8), jnp.array([[127, 0], [127, 127]], jnp.int8)
+    >>> y = quantized_linear(x_q, w_q, jnp.float32(1.0), jnp.array([1.0, 2.0]))   # [[63 * 127, -64 * 127]]
+    >>> [round(v, 4) for v in y[0].tolist()]
+    [0.4961, -1.0079]
+    """
+    op = "quantized_linear"
+    _require_dtype(op, "x_q", x_q, "int8")
+    _require_dtype(op, "w_q", w_q, "int8")
+    if x_q.shape[-1] != w_q.shape[0]:
+        raise input_error(op, "w_q", f"shape [{x_q.shape[-1]}, out_features]", tuple(w_q.shape))
+    out_features = w_q.shape[1]
+    _check_bias(op, bias, out_features)
+    acc = lax.dot_general(x_q, w_q, (((x_q.ndim - 1,), (0,)), ((), ())), preferred_element_type=jnp.int32)
+    y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, (out_features,), 0))
+    return fused_activation(y if bias is None else y + bias, act, act_alpha)
+
+
+def _quantized_matmul(x_q, y_q, x_scale, y_scale, *, transpose_x, transpose_y):
+    """Batched ``x @ y`` of two int8 tensors (numpy broadcasting of batch dimensions, optional
+    transposes of the last two axes, as in ``matmul``), accumulated in int32 and rescaled once by
+    ``x_scale * y_scale / 127**2`` to float32. ``y_scale`` may be per output column.
+
+    >>> import jax.numpy as jnp
+    >>> a = jnp.full((2, 1, 3), 127, jnp.int8)
+    >>> quantized_matmul(a, a, jnp.float32(1.0), jnp.float32(0.5), transpose_y=True).tolist()
+    [[[1.5]], [[1.5]]]
+    """
+    op = "quantized_matmul"
+    _require_dtype(op, "x_q", x_q, "int8")
+    _require_dtype(op, "y_q", y_q, "int8")
+    if transpose_x and x_q.ndim >= 2:
+        x_q = jnp.swapaxes(x_q, -1, -2)
+    if transpose_y and y_q.ndim >= 2:
+        y_q = jnp.swapaxes(y_q, -1, -2)
+    ky = y_q.shape[-2] if y_q.ndim >= 2 else y_q.shape[0]
+    if x_q.shape[-1] != ky:
+        raise input_error(op, "y_q", f"contracted size {x_q.shape[-1]} (after transpose_x={transpose_x}, "
+                          f"transpose_y={transpose_y})", tuple(y_q.shape))
+    try:
+        jnp.broadcast_shapes(x_q.shape[:-2], y_q.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{op}: batch dimensions of 'x_q' {x_q.shape} and 'y_q' {y_q.shape} "
+                         "do not broadcast") from None
+    acc = jnp.matmul(x_q, y_q, preferred_element_type=jnp.int32)
+    axis = -1 if y_q.ndim >= 2 else None
+    return _rescale(acc, x_scale * _scale_along(op, "y_scale", y_scale, acc.shape, axis))
+
+
+def _quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, *, stride, padding, dilation, groups, data_format,
+                      act=None, act_alpha=None):
+    """2-D convolution of int8 ``x_q`` with int8 OIHW weight ``w_q`` (same attributes as
+    ``conv2d``), accumulated in int32 and rescaled once by ``x_scale * w_scale / 127**2`` to
+    float32; ``w_scale`` is per tensor or per output channel ``(out_c,)``.
+
+    >>> import jax.numpy as jnp
+    >>> x_q, w_q = jnp.full((1, 2, 3, 3), 127, jnp.int8), jnp.full((1, 2, 3, 3), 127, jnp.int8)
+    >>> quantized_conv2d(x_q, w_q, jnp.float32(1.0), jnp.float32(1.0), padding=1)[0, 0].tolist()
+    [[8.0, 12.0, 8.0], [12.0, 18.0, 12.0], [8.0, 12.0, 8.0]]
+    """
+    op = "quantized_conv2d"
+    _require_dtype(op, "x_q", x_q, "int8")
+    _require_dtype(op, "w_q", w_q, "int8")
+    cin, groups_in = x_q.shape[channel_axis(data_format, 4)], w_q.shape[1] * groups
+    if cin != groups_in and cin % groups == 0:  # conv's own check would call w_q 'weight'
+        raise input_error(op, "w_q", f"shape [out_c, {cin // groups}, kh, kw]", tuple(w_q.shape))
+    pads, dil = _check_conv(op, x_q, w_q, bias, stride, padding, dilation, groups, data_format)
+    acc = _lax_conv(x_q, w_q, stride, pads, dil, groups, data_format, preferred_element_type=jnp.int32)
+    channels = channel_axis(data_format, acc.ndim)
+    y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, acc.shape, channels))
+    return fused_activation(_add_bias(y, bias, data_format), act, act_alpha)
+
+
+def pack_int4(q):
+    """Pack signed 4-bit values two per byte along axis 0.
+
+    ``q`` is int8 with values in ``[-8, 7]`` and shape ``[rows, ...]``; the result is uint8
+    ``[ceil(rows / 2), ...]`` whose byte ``i`` holds row ``2 i`` in its low nibble and row
+    ``2 i + 1`` in its high nibble, each as 4-bit two's complement. An odd last row is paired
+    with zeros. :func:`unpack_int4` inverts it.
+
+    >>> import jax.numpy as jnp
+    >>> pack_int4(jnp.array([[1], [-2], [7]], jnp.int8)).tolist()   # 0xE1, 0x07
+    [[225], [7]]
+    """
+    q = jnp.asarray(q)
+    if q.dtype != jnp.int8 or q.ndim == 0:
+        raise ValueError(f"pack_int4: 'q' expects an int8 array of rank >= 1, got {q.dtype.name}{list(q.shape)}")
+    if not isinstance(q, jax.core.Tracer) and bool(jnp.any((q < -8) | (q > 7))):
+        raise ValueError(f"pack_int4: 'q' expects values in [-8, 7], got values in "
+                         f"[{int(q.min())}, {int(q.max())}]")
+    if q.shape[0] % 2:
+        q = jnp.concatenate([q, jnp.zeros((1, *q.shape[1:]), jnp.int8)])
+    nibbles = q.astype(jnp.uint8) & 0xF
+    return nibbles[0::2] | (nibbles[1::2] << 4)
+
+
+def unpack_int4(packed, rows: int | None = None):
+    """The int8 values of :func:`pack_int4`'s bytes: ``[2 * packed_rows, ...]``, or the first
+    ``rows`` of them.
+
+    >>> import jax.numpy as jnp
+    >>> unpack_int4(jnp.array([[225], [7]], jnp.uint8), rows=3).tolist()
+    [[1], [-2], [7]]
+    """
+    packed = jnp.asarray(packed)
+    if packed.dtype != jnp.uint8 or packed.ndim == 0:
+        raise ValueError(f"unpack_int4: 'packed' expects a uint8 array of rank >= 1, "
+                         f"got {packed.dtype.name}{list(packed.shape)}")
+    full = 2 * packed.shape[0]
+    if rows is not None and not full - 1 <= rows <= full:
+        raise ValueError(f"unpack_int4: 'rows' expects {full - 1} or {full} for {packed.shape[0]} packed rows, "
+                         f"got {rows}")
+    nibbles = jnp.stack([packed & 0xF, packed >> 4], axis=1).reshape(full, *packed.shape[1:]).astype(jnp.int8)
+    values = jnp.where(nibbles > 7, nibbles - 16, nibbles).astype(jnp.int8)
+    return values if rows is None else values[:rows]
+
+
+def _weight_values(op: str, w_q, bits: int, in_features: int):
+    """The int8 ``[in, out]`` weight values of an int8 or packed-int4 weight."""
+    if bits == 8:
+        _require_dtype(op, "w_q", w_q, "int8")
+        if w_q.shape[0] != in_features:
+            raise input_error(op, "w_q", f"shape [{in_features}, out_features]", tuple(w_q.shape))
+        return w_q
+    _require_dtype(op, "w_q", w_q, "uint8")
+    if w_q.shape[0] != -(-in_features // 2):
+        raise input_error(op, "w_q", f"packed int4 shape [{-(-in_features // 2)}, out_features] "
+                          f"(two rows per byte, {in_features} rows)", tuple(w_q.shape))
+    return unpack_int4(w_q, in_features)
+
+
+def _weight_only_linear(x, w_q, w_scale, bias=None, *, bits, act=None, act_alpha=None):
+    """``act(x @ w + bias)`` for a float ``x`` and a quantized weight: int8 ``[in, out]``
+    (``bits=8``) or int4 packed by :func:`pack_int4` into uint8 ``[ceil(in / 2), out]``
+    (``bits=4``), with ``w = w_q * w_scale / qmax(bits)``.
+
+    The weight values are converted to ``x``'s dtype in the kernel and the scale is applied to
+    the product's columns (``(x @ w_q) * w_scale / qmax``, the same function with ``out``
+    instead of ``in * out`` multiplies).
+
+    >>> import jax.numpy as jnp
+    >>> w_q = pack_int4(jnp.array([[7, -7], [0, 7]], jnp.int8))
+    >>> weight_only_linear(jnp.array([[1.0, 2.0]]), w_q, jnp.array([1.0, 0.5]), bits=4).tolist()
+    [[1.0, 0.5]]
+    """
+    op = "weight_only_linear"
+    q = _weight_values(op, w_q, bits, x.shape[-1])
+    out_features = q.shape[1]
+    _check_bias(op, bias, out_features)
+    s = _scale_along(op, "w_scale", w_scale, (out_features,), 0)
+    y = jnp.matmul(x, q.astype(x.dtype)) * (s * (1 / qmax(bits))).astype(x.dtype)
+    return fused_activation(y if bias is None else y + bias, act, act_alpha)
+
+
+def _linear_flops(in_shapes, out_shapes, attrs):
+    """2 * (elements of x) * out_features."""
+    return 2 * math.prod(in_shapes[0]) * out_shapes[0][-1]
+
+
+_ANY_RANK = tuple(range(1, 9))
+_SCALE_RANK = (0, 1)
+
+fake_quantize = define("fake_quantize", _fake_quantize,
+                       inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
+                       attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+fake_quantize_asym = define("fake_quantize_asym", _fake_quantize_asym,
+                            inputs=[Input("x", dtype="float"), Input("min", rank=_SCALE_RANK, dtype="float"),
+                                    Input("max", rank=_SCALE_RANK, dtype="float")],
+                            attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+quantize = define("quantize", _quantize,
+                  inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
+                  attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+dequantize = define("dequantize", _dequantize,
+                    inputs=[Input("q"), Input("scale", rank=_SCALE_RANK, dtype="float")],
+                    attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+quantized_linear = define("quantized_linear", _quantized_linear,
+                          inputs=[Input("x_q", rank=_ANY_RANK), Input("w_q", rank=2),
+                                  Input("x_scale", rank=0, dtype="float"),
+                                  Input("w_scale", rank=_SCALE_RANK, dtype="float"),
+                                  Input("bias", rank=1, dtype="float", optional=True)],
+                          attrs=fused_activation_attrs(), flops=_linear_flops)
+quantized_matmul = define("quantized_matmul", _quantized_matmul,
+                          inputs=[Input("x_q", rank=_ANY_RANK), Input("y_q", rank=_ANY_RANK),
+                                  Input("x_scale", rank=0, dtype="float"),
+                                  Input("y_scale", rank=_SCALE_RANK, dtype="float")],
+                          attrs={"transpose_x": Attr("bool", False), "transpose_y": Attr("bool", False)},
+                          flops=_matmul_flops)
+quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
+                          inputs=[Input("x_q", rank=4), Input("w_q", rank=4), Input("x_scale", rank=0, dtype="float"),
+                                  Input("w_scale", rank=_SCALE_RANK, dtype="float"),
+                                  Input("bias", rank=1, dtype="float", optional=True)],
+                          attrs=dict(conv2d.attrs), flops=_conv_flops)
+weight_only_linear = define("weight_only_linear", _weight_only_linear,
+                            inputs=[Input("x", rank=_ANY_RANK, dtype="float"), Input("w_q", rank=2),
+                                    Input("w_scale", rank=_SCALE_RANK, dtype="float"),
+                                    Input("bias", rank=1, dtype="float", optional=True)],
+                            attrs={"bits": _bits_attr(), **fused_activation_attrs()}, flops=_linear_flops)
