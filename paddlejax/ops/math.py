@@ -64,21 +64,34 @@ def _contracted(shape, transpose_x):
     return shape[-2] if transpose_x and len(shape) >= 2 else shape[-1]
 
 
-def _matmul(x, y, *, transpose_x, transpose_y):
-    """Batched matrix product with numpy broadcasting; transposes swap the last two axes."""
+def matmul_operands(op: str, x, y, transpose_x: bool, transpose_y: bool, names=("x", "y")):
+    """``x`` and ``y`` with the transposes applied (the last two axes swapped), checked to
+    multiply: contracted sizes equal, batch dimensions broadcasting; errors name ``op`` and
+    the inputs' ``names``.
+
+    >>> import jax.numpy as jnp
+    >>> [a.shape for a in matmul_operands("matmul", jnp.ones((2, 3)), jnp.ones((4, 3)), False, True)]
+    [(2, 3), (3, 4)]
+    """
     if transpose_x and x.ndim >= 2:
         x = jnp.swapaxes(x, -1, -2)
     if transpose_y and y.ndim >= 2:
         y = jnp.swapaxes(y, -1, -2)
     ky = y.shape[-2] if y.ndim >= 2 else y.shape[0]
     if x.shape[-1] != ky:
-        raise input_error("matmul", "y", f"contracted size {x.shape[-1]} (after transpose_x={transpose_x}, "
+        raise input_error(op, names[1], f"contracted size {x.shape[-1]} (after transpose_x={transpose_x}, "
                           f"transpose_y={transpose_y})", tuple(y.shape))
     try:
         jnp.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     except ValueError:
-        raise ValueError(f"matmul: batch dimensions of 'x' {x.shape} and 'y' {y.shape} do not broadcast") from None
-    return jnp.matmul(x, y)
+        raise ValueError(f"{op}: batch dimensions of '{names[0]}' {x.shape} and '{names[1]}' {y.shape} "
+                         "do not broadcast") from None
+    return x, y
+
+
+def _matmul(x, y, *, transpose_x, transpose_y):
+    """Batched matrix product with numpy broadcasting; transposes swap the last two axes."""
+    return jnp.matmul(*matmul_operands("matmul", x, y, transpose_x, transpose_y))
 
 
 def _matmul_flops(in_shapes, out_shapes, attrs):

@@ -37,7 +37,7 @@ from jax import lax
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.common import channel_axis, input_error, norm_axis
 from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, conv2d
-from paddlejax.ops.math import _matmul_flops
+from paddlejax.ops.math import _matmul_flops, matmul_operands
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
 
 _BITS = (4, 8)
@@ -220,19 +220,7 @@ def _quantized_matmul(x_q, y_q, x_scale, y_scale, *, transpose_x, transpose_y):
     op = "quantized_matmul"
     _require_dtype(op, "x_q", x_q, "int8")
     _require_dtype(op, "y_q", y_q, "int8")
-    if transpose_x and x_q.ndim >= 2:
-        x_q = jnp.swapaxes(x_q, -1, -2)
-    if transpose_y and y_q.ndim >= 2:
-        y_q = jnp.swapaxes(y_q, -1, -2)
-    ky = y_q.shape[-2] if y_q.ndim >= 2 else y_q.shape[0]
-    if x_q.shape[-1] != ky:
-        raise input_error(op, "y_q", f"contracted size {x_q.shape[-1]} (after transpose_x={transpose_x}, "
-                          f"transpose_y={transpose_y})", tuple(y_q.shape))
-    try:
-        jnp.broadcast_shapes(x_q.shape[:-2], y_q.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{op}: batch dimensions of 'x_q' {x_q.shape} and 'y_q' {y_q.shape} "
-                         "do not broadcast") from None
+    x_q, y_q = matmul_operands(op, x_q, y_q, transpose_x, transpose_y, names=("x_q", "y_q"))
     acc = jnp.matmul(x_q, y_q, preferred_element_type=jnp.int32)
     axis = -1 if y_q.ndim >= 2 else None
     return _rescale(acc, x_scale * _scale_along(op, "y_scale", y_scale, acc.shape, axis))
