@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
 import numpy as np
 
 from paddlejax.ir.core import Op, Program, TensorType, Value
@@ -65,7 +64,7 @@ def _channel_axis(op: Op) -> int:
     return channel_axis(op.attrs["data_format"], rank) if op.type in CONVS else rank - 1
 
 
-def _stored_array(program: Program, v: Value) -> np.ndarray | None:
+def stored_array(program: Program, v: Value) -> np.ndarray | None:
     """The value of a parameter or named constant, or None for anything computed."""
     op = v.producer
     if op is not None and op.type == "param":
@@ -73,17 +72,6 @@ def _stored_array(program: Program, v: Value) -> np.ndarray | None:
     if op is not None and op.type == "constant" and "name" in op.attrs:
         return np.asarray(program.constants[op.attrs["name"]])
     return None
-
-
-def _new_param(rewriter: Rewriter, base: str, value: np.ndarray) -> Value:
-    """A new parameter named ``base`` (made unique) holding ``value``, declared with the others."""
-    program = rewriter.program
-    name, k = base, 1
-    while name in program.params:
-        name, k = f"{base}_{k}", k + 1
-    program.params[name] = jnp.asarray(value)
-    anchor = next(op for op in program.body.ops if op.type != "param")
-    return rewriter.insert_before(anchor, Op("param", [], [TensorType.of(value)], {"name": name})).result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +95,7 @@ class _FoldBatchNorm(RewritePattern):
             return False
         if _channel_axis(op) != channel_axis(bn.attrs["data_format"], len(x.type.shape)):
             return False
-        stored = [_stored_array(rewriter.program, v) for v in op.operands[1:] + bn.operands[1:]]
+        stored = [stored_array(rewriter.program, v) for v in op.operands[1:] + bn.operands[1:]]
         if any(a is None for a in stored):
             return False
         w, b = stored[0], (stored[1] if len(op.operands) == 3 else None)
@@ -122,8 +110,8 @@ class _FoldBatchNorm(RewritePattern):
         new_b = ((f64(b, 0.0) - f64(mean, 0.0)) * scale + f64(beta, 0.0)).astype(w.dtype)
         w_name = op.operands[1].producer.attrs["name"]  # a param or named constant: both are named
         b_name = f"{op.operands[2].producer.attrs['name']}.folded" if b is not None else f"{w_name}.folded_bias"
-        operands = [op.operands[0], _new_param(rewriter, f"{w_name}.folded", new_w),
-                    _new_param(rewriter, b_name, new_b)]
+        operands = [op.operands[0], rewriter.param(f"{w_name}.folded", new_w),
+                    rewriter.param(b_name, new_b)]
         fused = rewriter.insert_before(bn, Op(op.type, operands, [x.type], op.attrs, loc=op.loc))
         rewriter.replace_all_uses_with(bn.results[0], fused.result)
         rewriter.erase_op(bn)

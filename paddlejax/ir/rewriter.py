@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 
 from paddlejax.ir.core import Op, Program, TensorType, Value
@@ -62,6 +63,17 @@ class Rewriter:
             self.program.constants[name] = arr
             attrs = {"name": name}
         return self.insert_before(anchor, Op("constant", [], [type], attrs)).result
+
+    def param(self, base: str, value) -> Value:
+        """A new parameter holding ``value``, named ``base`` (``base_1``, ... if taken) and
+        declared with the program's other parameters."""
+        program = self.program
+        name, k = base, 1
+        while name in program.params:
+            name, k = f"{base}_{k}", k + 1
+        program.params[name] = jax.numpy.asarray(value)
+        anchor = next(op for op in program.body.ops if op.type != "param")
+        return self.insert_before(anchor, Op("param", [], [TensorType.of(program.params[name])], {"name": name})).result
 
     # -- rewiring -------------------------------------------------------------------------
     def set_operand(self, op: Op, index: int, value: Value) -> None:

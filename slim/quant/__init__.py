@@ -10,3 +10,4 @@ from paddlejax.slim.quant.observers import (OBSERVERS, AbsMaxObserver, AvgObserv
                                             ChannelWiseAbsMaxObserver, HistObserver, KLObserver,
                                             MinMaxObserver, MovingAverageAbsMaxObserver, MSEObserver, Observer,
                                             make_observer, quant_error)
+from paddlejax.slim.quant.post import activation_scales, calibrate, quant_post  # noqa: F401

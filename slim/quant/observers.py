@@ -436,10 +436,11 @@ def _kl_divergence(hist: np.ndarray, stop: int, levels: int) -> float:
 class KLObserver(_ClipSearchObserver):
     """TensorRT-style entropy calibration: the clip whose quantized histogram loses least information.
 
-    Every clip point from ``2**(bits-1)`` bins (128 for int8) to all ``bins`` is tried; the one
-    with the smallest KL divergence (see ``_kl_divergence``) wins, and the threshold is the right
-    edge of its last kept bin. PaddleSlim searches the same way but from half the bins up (so it
-    never clips below max/2) and reports the centre of that bin.
+    Clip points from ``start`` times the max (PaddleSlim's 0.5 by default: never clip below
+    max/2) to all ``bins`` are tried, and never fewer than ``2**(bits-1)`` bins (128 for int8);
+    ``start=0`` tries them all, as TensorRT does. The one with the smallest KL divergence (see
+    ``_kl_divergence``) wins, and the threshold is the right edge of its last kept bin
+    (PaddleSlim reports the bin's centre, half a bin lower).
 
     >>> import numpy as np
     >>> x = np.random.default_rng(0).normal(size=100_000)
@@ -451,8 +452,14 @@ class KLObserver(_ClipSearchObserver):
 
     name = "KL"
 
+    def __init__(self, bits: int = 8, bins: int = 2048, start: float = 0.5):
+        super().__init__(bits, bins)
+        if not 0 <= start <= 1:
+            raise ValueError(f"KL: start must be a fraction of the max in [0, 1], got {start}")
+        self.start = start
+
     def _search(self, hist, width):
-        stops = range(self.levels, hist.size + 1)
+        stops = range(max(self.levels, int(self.start * hist.size)), hist.size + 1)
         divergences = [_kl_divergence(hist, stop, self.levels) for stop in stops]
         return stops[int(np.argmin(divergences))] * width
 

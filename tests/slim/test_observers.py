@@ -97,14 +97,16 @@ def test_hist_threshold_is_the_centre_of_the_bin_reaching_the_percentile():
 @pytest.mark.parametrize("algo", ["hist", "KL", "mse"])
 def test_rare_huge_outliers_are_clipped_by_the_histogram_algorithms(algo, gaussian_with_outliers):
     assert observed("abs_max", gaussian_with_outliers).scale() == 40.0
-    assert observed(algo, gaussian_with_outliers).scale() < 20.0
+    assert observed(algo, gaussian_with_outliers).scale() <= 20.0 + 40 / 2048
 
 
 def test_kl_clips_a_gaussian_with_outliers_inside_the_max_and_beats_abs_max(gaussian_with_outliers):
     x = gaussian_with_outliers
-    kl = observed("KL", x).scale()
+    kl = observed("KL", x, start=0.0).scale()
     assert 3.0 < kl < 10.0  # the bulk of N(0, 1) is kept, the outliers at 40 are clipped
     assert quant_error(x, kl) < 0.6 * quant_error(x, 40.0)
+    # PaddleSlim's search never clips below half the max
+    assert observed("KL", x).scale() == pytest.approx(20.0, abs=40 / 2048)
 
 
 def tensorrt_kl_threshold(hist, width, levels):
@@ -134,7 +136,7 @@ def tensorrt_kl_threshold(hist, width, levels):
 def test_kl_search_matches_tensorrts_algorithm(seed):
     rng = np.random.default_rng(seed)
     x = np.concatenate([rng.laplace(size=3000), rng.uniform(5, 9, size=seed * 4)])
-    obs = observed("KL", x, bits=4, bins=64)  # 8 quantization levels
+    obs = observed("KL", x, bits=4, bins=64, start=0.0)  # 8 quantization levels, every clip tried
     hist, top = obs.histogram()
     assert obs.scale() == pytest.approx(tensorrt_kl_threshold(hist, top / 64, 8), rel=1e-6)
 

@@ -1,0 +1,131 @@
+"""insert_fake_quant and convert_int8: the printed IR, the scales, int8 parameters, and the
+converted program computing what the fake-quantized one does."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import paddlejax as pj
+
+
+def params(seed=0):
+    rng = np.random.default_rng(seed)
+    f = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
+    return {"conv.w": f(4, 3, 3, 3), "conv.b": f(4), "dw.w": f(4, 1, 3, 3), "fc.w": f(16, 5), "fc.b": f(5)}
+
+
+def net(p, x):
+    h = pj.ops.relu(pj.ops.conv2d(x, p["conv.w"], p["conv.b"], padding=1))
+    h = pj.ops.depthwise_conv2d(h, p["dw.w"], stride=2, padding=1)
+    return pj.ops.linear(pj.ops.reshape(h, shape=(0, -1)), p["fc.w"], p["fc.b"])
+
+
+@pytest.fixture
+def prog():
+    return pj.trace(net, pj.InputSpec((None, 3, 4, 4)), params=params())
+
+
+def inputs(seed=1, n=3):
+    return np.random.default_rng(seed).normal(size=(n, 3, 4, 4)).astype(np.float32)
+
+
+def calibrated(prog):
+    """The fake-quantized program with every activation scale set to its abs-max on ``inputs``."""
+    fake = pj.passes.run(prog, "insert_fake_quant")
+    pj.slim.calibrate(fake, [inputs()], algo="abs_max", progress=False)
+    return fake
+
+
+def test_fake_quant_in_front_of_every_weight_and_activation(prog):
+    fake = pj.passes.run(prog, "insert_fake_quant")
+    listing = [line.split(" = ")[1].split("(")[0] for line in str(fake).splitlines() if "fake_quantize" in line
+               or "conv2d(" in line or "linear(" in line]
+    assert listing == ["fake_quantize", "fake_quantize", "conv2d", "fake_quantize", "fake_quantize",
+                       "depthwise_conv2d", "fake_quantize", "fake_quantize", "linear"]
+    scales = {k: v.shape for k, v in fake.params.items() if "scale" in k}
+    assert scales == {"conv.w.quant_scale": (4,), "conv.w.input_scale": (), "dw.w.quant_scale": (4,),
+                      "dw.w.input_scale": (), "fc.w.quant_scale": (5,), "fc.w.input_scale": ()}
+    np.testing.assert_array_equal(fake.params["fc.w.quant_scale"], np.abs(params()["fc.w"]).max(axis=0))
+
+
+def unchanged(program, name):
+    again = program.clone()
+    result = pj.passes.get_pass(name).apply(again, pj.passes.PassContext())
+    return not result.changed and str(again) == str(program)
+
+
+def test_running_the_passes_twice_or_on_nothing_changes_nothing(prog):
+    fake = pj.passes.run(prog, "insert_fake_quant")
+    int8 = pj.passes.run(fake, "convert_int8,dce")
+    plain = pj.trace(lambda x: pj.ops.relu(x), pj.InputSpec((None, 3)))
+    assert unchanged(fake, "insert_fake_quant") and unchanged(int8, "convert_int8")
+    assert unchanged(prog, "convert_int8")  # nothing fake-quantized: nothing to convert
+    assert unchanged(plain, "insert_fake_quant") and unchanged(plain, "convert_int8")
+
+
+def test_skip_and_op_types_choose_the_ops(prog):
+    fake = pj.passes.run(prog, "insert_fake_quant{ops=conv2d:linear skip=^fc}")
+    assert sorted(k for k in fake.params if "scale" in k) == ["conv.w.input_scale", "conv.w.quant_scale"]
+    with pytest.raises(pj.passes.PassError, match=r"cannot quantize op types \['pool2d'\]"):
+        pj.passes.run(prog, "insert_fake_quant{ops=pool2d}")
+    with pytest.raises(pj.passes.PassError, match="act_bits must be 8, 4 or 0"):
+        pj.passes.run(prog, "insert_fake_quant{act_bits=6}")
+
+
+def test_int8_program_equals_the_fake_quantized_one(prog):
+    fake = calibrated(prog)
+    int8 = pj.passes.run(fake, "convert_int8,dce")
+    assert [op.type for op in int8.walk() if op.type not in ("param", "reshape", "relu", "return")] == [
+        "quantize", "quantized_conv2d", "quantize", "quantized_conv2d", "quantize", "quantized_linear"]
+    assert {k: v.dtype.name for k, v in int8.params.items() if k.endswith(".int8")} == {
+        "conv.w.int8": "int8", "dw.w.int8": "int8", "fc.w.int8": "int8"}
+    assert not any(k in int8.used_params() for k in ("conv.w", "dw.w", "fc.w"))  # the float weights are gone
+    x = inputs(seed=1)
+    np.testing.assert_allclose(int8(x), fake(x), rtol=1e-5, atol=1e-5)
+    assert np.abs(np.asarray(int8(x)) - np.asarray(prog(x))).max() < 0.1 * np.abs(np.asarray(prog(x))).max()
+
+
+def test_saved_int8_program_is_about_four_times_smaller(prog, tmp_path):
+    big = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), pj.InputSpec((None, 256)),
+                   params={"w": np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)})
+    fake = pj.passes.run(big, "insert_fake_quant")
+    pj.slim.calibrate(fake, [np.ones((2, 256), np.float32)], algo="abs_max", progress=False)
+    pj.save(big, tmp_path / "fp32")
+    pj.save(pj.passes.run(fake, "convert_int8,dce"), tmp_path / "int8")
+    ratio = (tmp_path / "fp32.safetensors").stat().st_size / (tmp_path / "int8.safetensors").stat().st_size
+    assert 3.8 < ratio < 4.0
+    loaded = pj.load(tmp_path / "int8")
+    assert loaded.params["w.int8"].dtype == np.int8
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_weight_only_linear_keeps_the_activation_in_float(bits):
+    w = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
+    prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), pj.InputSpec((None, 6)), params={"w": w})
+    fake = pj.passes.run(prog, f"insert_fake_quant{{act_bits=0 weight_bits={bits}}}")
+    out = pj.passes.run(fake, "convert_int8,dce")
+    assert [op.type for op in out.walk() if op.type != "param"] == ["weight_only_linear", "return"]
+    stored = out.params[f"w.int{bits}"]
+    assert stored.dtype.name == ("int8" if bits == 8 else "uint8") and stored.shape == (6 // (8 // bits), 3)
+    x = np.random.default_rng(2).normal(size=(4, 6)).astype(np.float32)
+    np.testing.assert_allclose(out(x), fake(x), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_of_two_activations_runs_as_int8():
+    prog = pj.trace(lambda a, b: pj.ops.matmul(a, b, transpose_y=True), pj.InputSpec((2, 3, 4)),
+                    pj.InputSpec((2, 5, 4)))
+    fake = pj.passes.run(prog, "insert_fake_quant")
+    assert sorted(fake.params) == ["matmul_0.x_scale", "matmul_0.y_scale"]
+    a, b = (np.random.default_rng(i).normal(size=s).astype(np.float32) for i, s in ((0, (2, 3, 4)), (1, (2, 5, 4))))
+    pj.slim.calibrate(fake, [(a, b)], algo="abs_max", progress=False)
+    int8 = pj.passes.run(fake, "convert_int8,dce")
+    assert [op.type for op in int8.walk() if op.type != "param"] == ["quantize", "quantize", "quantized_matmul",
+                                                                     "return"]
+    np.testing.assert_allclose(int8(a, b), fake(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_fake_quantized_program_trains_with_straight_through_gradients(prog):
+    fake = calibrated(prog)
+    x = jnp.asarray(inputs())
+    grads = jax.grad(lambda p: fake.apply(p, x).sum())(fake.params)
+    assert float(jnp.abs(grads["conv.w"]).sum()) > 0 and float(jnp.abs(grads["fc.w"]).sum()) > 0
