@@ -64,3 +64,17 @@ def test_bad_calibration_data_is_named(digits):
     with pytest.raises(ValueError, match="nothing to quantize in <lambda>: no conv2d, .* op with a parameter weight"):
         pj.slim.quant_post(pj.trace(lambda x: pj.ops.relu(x), pj.InputSpec((None, 4))), [np.ones((1, 4))],
                            progress=False)
+
+
+def test_per_layer_report_names_each_quantized_layer(digits, tmp_path):
+    program, calib, x_test, _ = digits
+    int8 = pj.slim.quant_post(program, calib, algo="hist", progress=False)
+    errors = pj.slim.quant.layer_errors(program, int8, x_test[:64])
+    assert [e.op for e in errors] == ["quantized_conv2d"] * 3 + ["quantized_linear"]
+    assert [e.layer for e in errors][-1] == "fc.weight" and all(e.cosine > 0.99 for e in errors)
+    assert errors[0].shape == (64, 32, 8, 8)
+    pj.slim.quant.plot_layer_errors(errors, tmp_path / "errors.png")
+    assert (tmp_path / "errors.png").stat().st_size > 1000
+    other = pj.trace(lambda x: pj.ops.relu(x), pj.InputSpec((None, 1, 8, 8)))
+    with pytest.raises(ValueError, match="has no float op for the int8 layers"):
+        pj.slim.quant.layer_errors(other, int8, x_test[:4])

@@ -1,0 +1,49 @@
+"""paddlejax slim quantize: an int8 program from a saved one and a .npy calibration file, with
+the per-layer error table and chart; bad calibration files are refused by name."""
+import numpy as np
+import pytest
+
+import paddlejax as pj
+from paddlejax.cli.main import main
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    rng = np.random.default_rng(0)
+    params = {"l1.w": rng.normal(size=(6, 8)).astype(np.float32), "l2.w": rng.normal(size=(8, 3)).astype(np.float32)}
+    prog = pj.trace(lambda p, x: pj.ops.linear(pj.ops.relu(pj.ops.linear(x, p["l1.w"])), p["l2.w"]),
+                    pj.InputSpec((None, 6)), params=params)
+    pj.save(prog, tmp_path / "mlp")
+    np.save(tmp_path / "calib.npy", rng.normal(size=(40, 6)).astype(np.float32))
+    return prog, tmp_path
+
+
+def test_quantize_writes_the_int8_program_the_table_and_the_chart(mlp, capsys):
+    prog, tmp = mlp
+    args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / "calib.npy"), "--algo", "abs_max",
+            "--batch-size", "16", "-o", str(tmp / "int8"), "--report", str(tmp / "errors.png")]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "<lambda>: 2 layers quantized (abs_max, 40 calibration samples); error on the first batch:"
+    assert lines[1].split()[:3] == ["layer", "op", "shape"]
+    assert [line.split()[:3] for line in lines[2:4]] == [["l1.w", "quantized_linear", "16x8"],
+                                                         ["l2.w", "quantized_linear", "16x3"]]
+    assert all(float(line.split()[-1]) > 0.999 for line in lines[2:4])  # cosine to the float layer
+    assert (tmp / "errors.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    int8 = pj.load(tmp / "int8")
+    x = np.load(tmp / "calib.npy")[:5]
+    assert np.abs(np.asarray(int8(x)) - np.asarray(prog(x))).max() < 0.05 * np.abs(np.asarray(prog(x))).max()
+
+
+def test_bad_calibration_files_are_refused(mlp, capsys):
+    _, tmp = mlp
+    np.save(tmp / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(tmp / "empty.npy", np.zeros((0, 6), np.float32))
+    np.save(tmp / "wrong.npy", np.zeros((4, 5), np.float32))
+    for name, message in [("objects.npy", "not a plain numeric .npy array"),
+                          ("empty.npy", "the calibration array is empty"),
+                          ("wrong.npy", "calibrate: batch 0 does not fit")]:
+        args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / name), "-o", str(tmp / "out")]
+        assert main(args) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp / "out.json").exists()
