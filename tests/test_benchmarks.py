@@ -85,3 +85,11 @@ def test_memory_quick():
     # half the planner's estimate lowers XLA's temp bytes (half of XLA's may already fit at quick sizes)
     assert float(rows[1][3]) < 1 and float(rows[2][3]) <= 1, out
     assert all(float(r[4]) == 0 for r in rows), out           # and changes neither loss nor gradients
+
+
+def test_quant_quick():
+    out = run_quick("quant.py", timeout=120)
+    rows = re.findall(r"^  (Transformer encoder|SmallCNN|digits CNN)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)x"
+                      r"\s+(\d+\.\d\d)x\s+(\S+)$", out, re.M)
+    assert [r[0] for r in rows] == ["Transformer encoder", "SmallCNN", "digits CNN"], out
+    assert all(int(r[1]) > 0 and float(r[5]) > 2.5 and float(r[6]) < 0.1 for r in rows), out  # quantized, smaller, close
