@@ -29,7 +29,7 @@ import paddlejax as pj
 from paddlejax import nn
 from paddlejax.lowering import run_program
 from paddlejax.passes.memory import compare_with_xla, stored_bytes
-from passes import MODELS, randomise_statistics
+from cnn_models import MODELS, randomise_statistics
 from timing import alternate, machine
 
 MIB = 2 ** 20

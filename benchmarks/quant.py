@@ -21,7 +21,7 @@ import numpy as np
 import paddlejax as pj
 from paddlejax import nn
 from paddlejax.models.digits import DigitsCNN
-from passes import SmallCNN, randomise_statistics
+from cnn_models import SmallCNN, randomise_statistics
 from timing import alternate, machine, paired_ratio
 
 
