@@ -4,7 +4,9 @@ Models: a transformer encoder block stack (matmul-heavy: 4 layers, d=256, 4 head
 128 tokens), SmallCNN (benchmarks/passes.py) and the digits CNN, each quantized by
 ``pj.slim.quant_post`` (hist calibration on random inputs; the accuracy figures on real data
 are in the tests). Both programs of a model are compiled with frozen parameters and timed side
-by side in one process (calls interleaved, the ratio is the median of per-round ratios).
+by side in one process (calls interleaved, the ratio is the median of per-round ratios), after
+the ``autotune`` pass (frozen weights) has picked their conv kernels: for int8 convolutions
+the int8-matmul variants, as XLA's CPU int8 convolution is slow.
 
     python benchmarks/quant.py            # batch 32 (a minute or two on 2 CPU cores)
     python benchmarks/quant.py --quick    # a smoke test
@@ -64,7 +66,10 @@ def main(argv=None) -> int:
             model.eval()
             fp32 = pj.to_static(model, pj.InputSpec((None, *shape)))
             calib = [rng.normal(size=(batch, *shape)).astype(np.float32) for _ in range(4)]
+            # each program with its conv kernels tuned, as a Predictor serves it
+            fp32 = pj.passes.run(fp32, f"autotune{{sizes=b={batch} frozen=true}}")
             int8 = pj.slim.quant_post(fp32, calib, algo="hist", progress=False)
+            int8 = pj.passes.run(int8, f"autotune{{sizes=b={batch} frozen=true}}")
             x = calib[0]
             runs = {"fp32": fp32.compile(x, freeze_params=True), "int8": int8.compile(x, freeze_params=True)}
             rounds = alternate({k: (lambda f=f: f(x)) for k, f in runs.items()}, 2, args.repeats or repeats,

@@ -66,7 +66,7 @@ from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.layout import INTO, LAYOUT_OPS, ConvertLayout
 from paddlejax.passes.memory import parse_sizes
 
-TUNABLE = frozenset({"conv2d", "depthwise_conv2d"})
+TUNABLE = frozenset({"conv2d", "depthwise_conv2d", "quantized_conv2d"})
 KERNEL_ATTR = "kernel"
 DEFAULT = "default"
 CACHE_ENV = "PADDLEJAX_AUTOTUNE_CACHE"

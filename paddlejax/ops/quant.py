@@ -35,8 +35,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
-from paddlejax.ops.common import channel_axis, input_error, norm_axis
-from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, conv2d
+from paddlejax.ops.common import channel_axis, from_channels_last, input_error, norm_axis
+from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, _taps, conv2d
 from paddlejax.ops.math import _matmul_flops, matmul_operands
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
 
@@ -226,28 +226,66 @@ def _quantized_matmul(x_q, y_q, x_scale, y_scale, *, transpose_x, transpose_y):
     return _rescale(acc, x_scale * _scale_along(op, "y_scale", y_scale, acc.shape, axis))
 
 
-def _quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, *, stride, padding, dilation, groups, data_format,
-                      act=None, act_alpha=None):
-    """2-D convolution of int8 ``x_q`` with int8 OIHW weight ``w_q`` (same attributes as
+def _lax_int32(x_q, w_q, stride, pads, dil, groups, fmt):
+    """The int32 accumulator of an int8 convolution by lax.conv_general_dilated."""
+    return _lax_conv(x_q, w_q, stride, pads, dil, groups, fmt, preferred_element_type=jnp.int32)
+
+
+def _int8_taps(x_q, w_q, stride, pads, dil, groups, fmt):
+    """The int32 accumulator as a sum over kernel taps of int8 x int8 matmuls (on XLA's CPU
+    backend an int8 dot is fast and an int8 convolution is not)."""
+    acc = None
+    for (i, j), tap in _taps(x_q, w_q.shape[2:], stride, pads, dil, fmt):
+        n, ho, wo, _ = tap.shape
+        w = w_q[:, :, i, j].reshape(groups, w_q.shape[0] // groups, -1)
+        y = jnp.einsum("nhwgk,gok->nhwgo", tap.reshape(n, ho, wo, groups, -1), w,
+                       preferred_element_type=jnp.int32).reshape(n, ho, wo, -1)
+        acc = y if acc is None else acc + y
+    return from_channels_last(acc, fmt)
+
+
+def _int8_im2col(x_q, w_q, stride, pads, dil, groups, fmt):
+    """The int32 accumulator as one int8 x int8 matmul of the taps side by side (one filter
+    group; several groups take the per-tap matmuls)."""
+    if groups != 1:
+        return _int8_taps(x_q, w_q, stride, pads, dil, groups, fmt)
+    cols = jnp.concatenate([tap for _, tap in _taps(x_q, w_q.shape[2:], stride, pads, dil, fmt)], axis=-1)
+    w = jnp.transpose(w_q, (2, 3, 1, 0)).reshape(-1, w_q.shape[0])  # rows ordered (i, j, channel) as cols
+    return from_channels_last(jnp.matmul(cols, w, preferred_element_type=jnp.int32), fmt)
+
+
+def _quantized_conv_kernel(accumulate, doc=None):
+    """A quantized_conv2d kernel around ``accumulate`` (the int32 accumulator): validation,
+    the rescale, bias and the fused activation are common to all."""
+
+    def kernel(x_q, w_q, x_scale, w_scale, bias=None, *, stride, padding, dilation, groups, data_format,
+               act=None, act_alpha=None):
+        op = "quantized_conv2d"
+        _require_dtype(op, "x_q", x_q, "int8")
+        _require_dtype(op, "w_q", w_q, "int8")
+        cin, groups_in = x_q.shape[channel_axis(data_format, 4)], w_q.shape[1] * groups
+        if cin != groups_in and cin % groups == 0:  # conv's own check would call w_q 'weight'
+            raise input_error(op, "w_q", f"shape [out_c, {cin // groups}, kh, kw]", tuple(w_q.shape))
+        pads, dil = _check_conv(op, x_q, w_q, bias, stride, padding, dilation, groups, data_format)
+        acc = accumulate(x_q, w_q, stride, pads, dil, groups, data_format)
+        channels = channel_axis(data_format, acc.ndim)
+        y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, acc.shape, channels))
+        return fused_activation(_add_bias(y, bias, data_format), act, act_alpha)
+
+    kernel.__doc__ = doc or accumulate.__doc__
+    return kernel
+
+
+_quantized_conv2d = _quantized_conv_kernel(_lax_int32, """2-D convolution of int8 ``x_q`` with int8 OIHW weight ``w_q`` (same attributes as
     ``conv2d``), accumulated in int32 and rescaled once by ``x_scale * w_scale / 127**2`` to
-    float32; ``w_scale`` is per tensor or per output channel ``(out_c,)``.
+    float32; ``w_scale`` is per tensor or per output channel ``(out_c,)``. Variants:
+    ``int8_taps`` and ``int8_im2col`` (int8 matmuls; exact, the same int32 sums).
 
     >>> import jax.numpy as jnp
     >>> x_q, w_q = jnp.full((1, 2, 3, 3), 127, jnp.int8), jnp.full((1, 2, 3, 3), 127, jnp.int8)
     >>> quantized_conv2d(x_q, w_q, jnp.float32(1.0), jnp.float32(1.0), padding=1)[0, 0].tolist()
     [[8.0, 12.0, 8.0], [12.0, 18.0, 12.0], [8.0, 12.0, 8.0]]
-    """
-    op = "quantized_conv2d"
-    _require_dtype(op, "x_q", x_q, "int8")
-    _require_dtype(op, "w_q", w_q, "int8")
-    cin, groups_in = x_q.shape[channel_axis(data_format, 4)], w_q.shape[1] * groups
-    if cin != groups_in and cin % groups == 0:  # conv's own check would call w_q 'weight'
-        raise input_error(op, "w_q", f"shape [out_c, {cin // groups}, kh, kw]", tuple(w_q.shape))
-    pads, dil = _check_conv(op, x_q, w_q, bias, stride, padding, dilation, groups, data_format)
-    acc = _lax_conv(x_q, w_q, stride, pads, dil, groups, data_format, preferred_element_type=jnp.int32)
-    channels = channel_axis(data_format, acc.ndim)
-    y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, acc.shape, channels))
-    return fused_activation(_add_bias(y, bias, data_format), act, act_alpha)
+    """)
 
 
 def pack_int4(q):
@@ -369,7 +407,9 @@ quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                           inputs=[Input("x_q", rank=4), Input("w_q", rank=4), Input("x_scale", rank=0, dtype="float"),
                                   Input("w_scale", rank=_SCALE_RANK, dtype="float"),
                                   Input("bias", rank=1, dtype="float", optional=True)],
-                          attrs=dict(conv2d.attrs), flops=_conv_flops)
+                          attrs=dict(conv2d.attrs), flops=_conv_flops,
+                          variants={"int8_taps": _quantized_conv_kernel(_int8_taps),
+                                    "int8_im2col": _quantized_conv_kernel(_int8_im2col)})
 weight_only_linear = define("weight_only_linear", _weight_only_linear,
                             inputs=[Input("x", rank=_ANY_RANK, dtype="float"), Input("w_q", rank=2),
                                     Input("w_scale", rank=_SCALE_RANK, dtype="float"),

@@ -317,3 +317,17 @@ def test_bad_calls_raise_naming_op_and_argument(bad, match):
 def test_kernel_checks_also_raise_under_jit():
     with pytest.raises(ValueError, match=r"quantized_linear: input 'w_scale'"):
         jax.jit(lambda a: quantized_linear(a, w_i8, s0, f32([1.0, 2.0])))(x_i8)
+
+
+@pytest.mark.parametrize("variant", ["int8_taps", "int8_im2col"])
+@pytest.mark.parametrize("config", [dict(padding=1), dict(stride=2, padding="SAME", data_format="NHWC"),
+                                    dict(groups=2, padding=((0, 1), (1, 0)), dilation=2)])
+def test_int8_matmul_variants_give_the_same_int32_sums_as_the_convolution(variant, config):
+    fmt = config.get("data_format", "NCHW")
+    x_q = randint8(*((2, 4, 7, 6) if fmt == "NCHW" else (2, 7, 6, 4)))
+    w_q = randint8(6, 4 // config.get("groups", 1), 3, 3)
+    args = (x_q, w_q, f32(0.5), f32([1.0, 2.0, 3.0, 1.0, 2.0, 3.0]), rand(6))
+    reference = quantized_conv2d(*args, act="relu", **config)
+    kernel = ops.get("quantized_conv2d").variants[variant]
+    attrs = ops.get("quantized_conv2d").check_attrs({"act": "relu", **config})
+    np.testing.assert_allclose(kernel(*args, **attrs), reference, rtol=1e-6, atol=1e-6)
