@@ -63,7 +63,7 @@ from paddlejax.ops import registry
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.conv import paddle_padding, winograd_applies
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
-from paddlejax.passes.layout import INTO, LAYOUT_OPS, ConvertLayout
+from paddlejax.passes.layout import INTO, ConvertLayout, program_layout
 from paddlejax.passes.memory import parse_sizes
 
 TUNABLE = frozenset({"conv2d", "depthwise_conv2d", "quantized_conv2d"})
@@ -206,14 +206,8 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    times = []
-    while len(times) < repeats and (not times or time.perf_counter() < deadline):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(measure_programs({candidate: fn}, args, warmup=warmup, repeats=repeats,
+                                              deadline=deadline)[candidate])
 
 
 def workspace_bytes(candidate: str, signature: dict) -> int:
@@ -273,19 +267,6 @@ class Plan:
     @property
     def label(self) -> str:
         return f"{self.layout or 'as is'}{', tuned kernels' if self.kernels else ''}"
-
-
-def program_layout(program: Program) -> str:
-    """The data format of the program's 4-D conv / pool / norm ops: ``"NCHW"``, ``"NHWC"``,
-    ``"mixed"``, or ``""`` when it has none.
-
-    >>> import paddlejax as pj
-    >>> program_layout(pj.to_static(pj.nn.MaxPool2D(2, data_format="NHWC"), pj.InputSpec((None, 4, 4, 3))))
-    'NHWC'
-    """
-    formats = {op.attrs["data_format"] for op in program.walk()
-               if op.type in LAYOUT_OPS and op.attrs.get("data_format") in INTO and len(op.operands[0].type.shape) == 4}
-    return formats.pop() if len(formats) == 1 else "mixed" if formats else ""
 
 
 def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,

@@ -29,11 +29,11 @@ DONATE_ATTR = "donate"
 def donatable_inputs(program: Program) -> tuple[int, ...]:
     """Indices of the inputs whose buffers outputs can take: each output takes at most one input
     of its type that is not returned itself, in input order."""
-    returned = {id(v) for v in program.outputs}
+    returned, inputs = {id(v) for v in program.outputs}, {id(v) for v in program.inputs}
     free = [(i, v) for i, v in enumerate(program.inputs) if id(v) not in returned]
     chosen = []
     for out in program.outputs:
-        if id(out) in {id(v) for v in program.inputs}:
+        if id(out) in inputs:
             continue
         match = next(((i, v) for i, v in free if v.type == out.type), None)
         if match is not None:

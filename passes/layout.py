@@ -41,10 +41,22 @@ def permuted(t: TensorType, perm) -> TensorType:
     return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
 
 
-def _convertible(op: Op, to: str) -> bool:
+def _image_op(op: Op) -> bool:
     # only the first result is an image; batch_norm's others are per-channel statistics
-    return (op.type in LAYOUT_OPS and op.attrs.get("data_format") in INTO and op.attrs["data_format"] != to
+    return (op.type in LAYOUT_OPS and op.attrs.get("data_format") in INTO
             and len(op.operands[0].type.shape) == 4 and len(op.results[0].type.shape) == 4)
+
+
+def program_layout(program: Program) -> str:
+    """The data format of the program's 4-D conv / pool / norm ops: ``"NCHW"``, ``"NHWC"``,
+    ``"mixed"``, or ``""`` when it has none.
+
+    >>> import paddlejax as pj
+    >>> program_layout(pj.to_static(pj.nn.MaxPool2D(2, data_format="NHWC"), pj.InputSpec((None, 4, 4, 3))))
+    'NHWC'
+    """
+    formats = {op.attrs["data_format"] for op in program.walk() if _image_op(op)}
+    return formats.pop() if len(formats) == 1 else "mixed" if formats else ""
 
 
 @register_pass
@@ -66,7 +78,7 @@ class ConvertLayout(Pass):
         rewriter = Rewriter(program)
         converted = 0
         moved: dict = {}  # (value, block) -> the value in the new layout, transposed once per block
-        for op in [op for op in program.walk() if _convertible(op, self.to)]:
+        for op in [op for op in program.walk() if _image_op(op) and op.attrs["data_format"] != self.to]:
             x, rest = op.operands[0], op.operands[1:]
             key = (x, id(op.parent))
             if key not in moved:

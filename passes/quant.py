@@ -37,7 +37,7 @@ import numpy as np
 
 from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
-from paddlejax.ops.quant import pack_int4, qmax
+from paddlejax.ops.quant import pack_int4, quantize
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.fusion import stored_array
 
@@ -129,7 +129,7 @@ class InsertFakeQuant(Pass):
         if stored is None:  # an activation: calibration or training sets the scale
             scale = np.float32(1.0)
         else:
-            reduce = tuple(d for d in range(stored.ndim) if d != (axis % stored.ndim if axis is not None else -1))
+            reduce = tuple(d for d in range(stored.ndim) if axis is None or d != axis % stored.ndim)
             scale = np.abs(stored).max(axis=reduce).astype(np.float32)
         scale_value = rewriter.param(scale_name, scale)
         fq = rewriter.insert_before(op, Op("fake_quantize", [v, scale_value], [v.type], {"bits": bits, "axis": axis},
@@ -138,17 +138,11 @@ class InsertFakeQuant(Pass):
 
 
 def _quantized_weight(program: Program, fq: Op) -> tuple[np.ndarray, np.ndarray, int, int | None]:
-    """(int8 values, scale, bits, axis) of a fake-quantized parameter."""
+    """(int8 values, scale, bits, axis) of a fake-quantized parameter, by the ``quantize`` op."""
     w = stored_array(program, fq.operands[0])
     scale = stored_array(program, fq.operands[1]).astype(np.float32)
     bits, axis = fq.attrs["bits"], fq.attrs["axis"]
-    shape = [1] * w.ndim
-    if axis is not None:
-        shape[axis] = -1
-    s = scale.reshape(shape)
-    step = np.where(s > 0, qmax(bits) / np.where(s > 0, s, 1), 0)
-    q = np.clip(np.round(w.astype(np.float32) * step), -qmax(bits), qmax(bits)).astype(np.int8)
-    return q, scale, bits, axis
+    return np.asarray(quantize(w, scale, bits=bits, axis=axis)), scale, bits, axis
 
 
 @register_pass
@@ -168,11 +162,12 @@ class ConvertInt8(Pass):
         stats = {"int8": 0, "weight_only": 0}
         for op in [op for op in program.walk() if op.type in QUANTIZABLE]:
             x, w = op.operands[:2]
-            w_fq = w.producer if _is_fake_quantized(w) and _param_name(w.producer.operands[0]) else None
+            y_fq = w.producer if _is_fake_quantized(w) else None
+            w_fq = y_fq if y_fq is not None and _param_name(y_fq.operands[0]) else None  # a stored weight
             x_fq = x.producer if _is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
-            if x_fq is not None and (w_fq is not None and w_fq.attrs["bits"] == 8 or op.type == "matmul"
-                                     and _is_fake_quantized(w) and w.producer.attrs["bits"] == 8):
-                self._int8(rewriter, op, x_fq, w.producer, w_fq is not None)
+            # int8 x int8: a stored 8-bit weight, or a matmul's second activation
+            if x_fq is not None and y_fq is not None and y_fq.attrs["bits"] == 8 and (w_fq or op.type == "matmul"):
+                self._int8(rewriter, op, x_fq, y_fq, w_fq is not None)
                 stats["int8"] += 1
             elif w_fq is not None and not _is_fake_quantized(x) and self._weight_only(rewriter, op, w_fq):
                 stats["weight_only"] += 1
