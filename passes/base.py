@@ -29,9 +29,15 @@ class PassResult:
 
 @dataclasses.dataclass
 class PassContext:
-    """Shared state for one pipeline run (passes may stash analyses in ``cache``)."""
+    """Shared state for one pipeline run (passes may stash analyses in ``cache``).
+
+    ``training`` says the program is a training-mode capture returning ``(outputs, updates)``
+    (``to_static(model, train=True)``): passes that add state, such as the activation observers
+    of ``quant_aware``, return its new value among the updates.
+    """
 
     cache: dict[str, Any] = dataclasses.field(default_factory=dict)
+    training: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,16 +167,17 @@ class PassManager:
                  print_ir_after: bool | set[str] = False, stream: TextIO | None = None):
         if isinstance(passes, str):
             passes = parse_pipeline(passes)
-        self.passes = [parse_pipeline(p)[0] if isinstance(p, str) else p for p in passes]
+        self.passes = [q for p in passes for q in (parse_pipeline(p) if isinstance(p, str) else [p])]
         self.verify = verify
         self.print_ir_after = print_ir_after
         self.stream = stream
         self.records: list[PassRecord] = []
 
-    def run(self, program: Program, inplace: bool = False) -> Program:
-        """Apply the pipeline; returns the rewritten program (a copy unless ``inplace``)."""
+    def run(self, program: Program, inplace: bool = False, training: bool = False) -> Program:
+        """Apply the pipeline; returns the rewritten program (a copy unless ``inplace``).
+        ``training``: ``program`` is a training-mode capture (see :class:`PassContext`)."""
         program = program if inplace else program.clone()
-        ctx = PassContext()
+        ctx = PassContext(training=training)
         self.records = []
         for p in self.passes:
             before = sum(1 for _ in program.walk())
@@ -209,6 +210,7 @@ class PassManager:
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
-def run(program: Program, pipeline: str | Sequence[Pass | str], **options) -> Program:
-    """Run a pipeline on a copy of ``program``: ``pj.passes.run(prog, "dce,cse")``."""
-    return PassManager(pipeline, **options).run(program)
+def run(program: Program, pipeline: str | Sequence[Pass | str], *, training: bool = False, **options) -> Program:
+    """Run a pipeline on a copy of ``program``: ``pj.passes.run(prog, "dce,cse")``; ``training``
+    as for :meth:`PassManager.run`, ``options`` as for :class:`PassManager`."""
+    return PassManager(pipeline, **options).run(program, training=training)

@@ -33,11 +33,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import jax
 import numpy as np
 
 from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
-from paddlejax.ops.quant import pack_int4, quantize
+from paddlejax.ops.quant import abs_max, pack_int4, quantize
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.fusion import stored_array
 
@@ -45,7 +46,8 @@ QUANTIZABLE = ("conv2d", "depthwise_conv2d", "linear", "matmul")
 SCALE_SUFFIX = {"weight": "quant_scale", "input": "input_scale", "x": "x_scale", "y": "y_scale"}
 
 
-def _param_name(v: Value) -> str | None:
+def param_name(v: Value) -> str | None:
+    """The name of the parameter ``v`` reads, or None when ``v`` is computed."""
     op = v.producer
     return op.attrs["name"] if op is not None and op.type == "param" else None
 
@@ -99,7 +101,7 @@ class InsertFakeQuant(Pass):
         for op in [op for op in program.walk() if op.type in types]:
             if any(_is_fake_quantized(v) for v in op.operands[:2]):
                 continue
-            weight = _param_name(op.operands[1])
+            weight = param_name(op.operands[1])
             if weight is None and op.type != "matmul":
                 continue  # a conv or linear over a computed weight: nothing to store as int8
             name = weight or f"{op.type}_{unnamed}"
@@ -108,39 +110,117 @@ class InsertFakeQuant(Pass):
                 continue
             changed = False
             if weight is not None and self.weight_bits:
-                self._fake_quantize(rewriter, op, 1, f"{weight}.{SCALE_SUFFIX['weight']}", self.weight_bits,
-                                    weight_axis(op) if self.channel_wise else None)
+                axis = weight_axis(op) if self.channel_wise else None
+                scale = self._weight_scale(rewriter, op, f"{weight}.{SCALE_SUFFIX['weight']}", axis)
+                self._fake_quantize(rewriter, op, 1, scale, self.weight_bits, axis)
                 stats["weights"] += 1
                 changed = True
             if self.act_bits:
                 inputs = [0] if weight is not None else [0, 1]
                 for i in inputs:
                     role = "input" if weight is not None else "xy"[i]
-                    self._fake_quantize(rewriter, op, i, f"{name}.{SCALE_SUFFIX[role]}", self.act_bits, None)
+                    scale = self._activation_scale(rewriter, op, i, f"{name}.{SCALE_SUFFIX[role]}", ctx)
+                    self._fake_quantize(rewriter, op, i, scale, self.act_bits, None)
                     stats["activations"] += 1
                     changed = True
             stats["ops"] += changed
         return PassResult(rewriter.changed, stats)
 
+    def _weight_scale(self, rewriter: Rewriter, op: Op, name: str, axis: int | None) -> Value:
+        """The weight's absolute maximum (per channel along ``axis``), stored as parameter ``name``."""
+        stored = stored_array(rewriter.program, op.operands[1])
+        return rewriter.param(name, np.asarray(abs_max(stored, axis=axis), np.float32))
+
+    def _activation_scale(self, rewriter: Rewriter, op: Op, index: int, name: str, ctx: PassContext) -> Value:
+        """A scale parameter ``name`` for calibration to set."""
+        return rewriter.param(name, np.float32(1.0))
+
     @staticmethod
-    def _fake_quantize(rewriter: Rewriter, op: Op, index: int, scale_name: str, bits: int, axis: int | None) -> None:
+    def _fake_quantize(rewriter: Rewriter, op: Op, index: int, scale: Value, bits: int, axis: int | None) -> None:
         v = op.operands[index]
-        stored = stored_array(rewriter.program, v)
-        if stored is None:  # an activation: calibration or training sets the scale
-            scale = np.float32(1.0)
-        else:
-            reduce = tuple(d for d in range(stored.ndim) if axis is None or d != axis % stored.ndim)
-            scale = np.abs(stored).max(axis=reduce).astype(np.float32)
-        scale_value = rewriter.param(scale_name, scale)
-        fq = rewriter.insert_before(op, Op("fake_quantize", [v, scale_value], [v.type], {"bits": bits, "axis": axis},
+        fq = rewriter.insert_before(op, Op("fake_quantize", [v, scale], [v.type], {"bits": bits, "axis": axis},
                                            loc=op.loc))
         rewriter.set_operand(op, index, fq.result)
 
 
-def _quantized_weight(program: Program, fq: Op) -> tuple[np.ndarray, np.ndarray, int, int | None]:
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class QuantAware(InsertFakeQuant):
+    """Fake-quantize for quantization-aware training (PaddleSlim's ``quant_aware``): the same
+    choice of ops and options as ``insert_fake_quant``, but a weight's scale is its absolute
+    maximum computed in the program (``abs_max``), so it follows the weight as it trains, and
+    an activation's scale is PaddleSlim's ``moving_average_abs_max`` with rate
+    ``moving_rate``. In a training program (see :class:`~paddlejax.passes.PassContext`) each
+    activation's scale and observer state (``<scale>`` and ``<scale>_state`` parameters) are
+    updated on every step and returned among the updates, and the step quantizes with the new
+    scale; in an inference program the scale is read. ``convert_int8`` turns either into int8.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> train = pj.trace(lambda p, x: (pj.ops.linear(x, p["w"]), {}), pj.InputSpec((None, 2)),
+    ...                  params={"w": jnp.ones((2, 3))})
+    >>> qat = pj.passes.run(train, "quant_aware", training=True)
+    >>> out, updates = qat(jnp.array([[0.5, -2.0]]))
+    >>> sorted(updates), float(updates["w.input_scale"])
+    (['w.input_scale', 'w.input_state'], 2.0)
+    """
+
+    name = "quant_aware"
+    moving_rate: float = 0.9
+
+    def apply(self, program: Program, ctx: PassContext) -> PassResult:
+        if not 0 <= self.moving_rate < 1:
+            raise ValueError(f"quant_aware: moving_rate must be in [0, 1), got {self.moving_rate}")
+        outputs = jax.tree_util.tree_unflatten(program.out_tree, program.outputs)
+        if ctx.training and not (isinstance(outputs, tuple) and len(outputs) == 2 and isinstance(outputs[1], dict)):
+            raise ValueError(f"quant_aware: a training program returns (outputs, updates), as "
+                             f"to_static(model, train=True) captures it; {program.name} returns "
+                             f"{jax.tree_util.tree_structure(outputs)}")
+        updates = ctx.cache[self.name] = {}  # filled by _activation_scale
+        result = super().apply(program, ctx)
+        if updates:
+            program.set_outputs((outputs[0], {**outputs[1], **updates}))
+        return result
+
+    def _weight_scale(self, rewriter: Rewriter, op: Op, name: str, axis: int | None) -> Value:
+        w = op.operands[1]
+        shape = () if axis is None else (w.type.shape[axis],)
+        return rewriter.insert_before(op, Op("abs_max", [w], [TensorType(shape, "float32")], {"axis": axis},
+                                             loc=op.loc)).result
+
+    def _activation_scale(self, rewriter: Rewriter, op: Op, index: int, name: str, ctx: PassContext) -> Value:
+        scale = rewriter.param(name, np.float32(1.0))
+        if not ctx.training:
+            return scale
+        state_name = name.removesuffix("_scale") + "_state"
+        state = rewriter.param(state_name, np.float32(0.0))
+        scalar = TensorType((), "float32")
+        observe = rewriter.insert_before(op, Op("moving_average_abs_max", [op.operands[index], scale, state],
+                                                [scalar, scalar], {"rate": self.moving_rate}, loc=op.loc))
+        ctx.cache[self.name].update({name: observe.results[0], state_name: observe.results[1]})
+        return observe.results[0]
+
+
+def _weight_scale(program: Program, fq: Op) -> np.ndarray | None:
+    """The scale of a fake-quantized parameter: stored (PTQ), or the ``abs_max`` of the
+    parameter computed in the program (QAT); None for anything else."""
+    scale = fq.operands[1]
+    stored = stored_array(program, scale)
+    if stored is None and scale.producer is not None and scale.producer.type == "abs_max" \
+            and scale.producer.operands[0] is fq.operands[0]:
+        stored = abs_max(stored_array(program, fq.operands[0]), axis=scale.producer.attrs["axis"])
+    return None if stored is None else np.asarray(stored, np.float32)
+
+
+def is_stored_weight(program: Program, fq: Op) -> bool:
+    """Whether ``fq`` fake-quantizes a parameter with a stored or computable scale, which
+    conversion can store as int8."""
+    return param_name(fq.operands[0]) is not None and _weight_scale(program, fq) is not None
+
+
+def quantized_weight(program: Program, fq: Op) -> tuple[np.ndarray, np.ndarray, int, int | None]:
     """(int8 values, scale, bits, axis) of a fake-quantized parameter, by the ``quantize`` op."""
     w = stored_array(program, fq.operands[0])
-    scale = stored_array(program, fq.operands[1]).astype(np.float32)
+    scale = _weight_scale(program, fq)
     bits, axis = fq.attrs["bits"], fq.attrs["axis"]
     return np.asarray(quantize(w, scale, bits=bits, axis=axis)), scale, bits, axis
 
@@ -163,7 +243,7 @@ class ConvertInt8(Pass):
         for op in [op for op in program.walk() if op.type in QUANTIZABLE]:
             x, w = op.operands[:2]
             y_fq = w.producer if _is_fake_quantized(w) else None
-            w_fq = y_fq if y_fq is not None and _param_name(y_fq.operands[0]) else None  # a stored weight
+            w_fq = y_fq if y_fq is not None and is_stored_weight(program, y_fq) else None
             x_fq = x.producer if _is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
             # int8 x int8: a stored 8-bit weight, or a matmul's second activation
             if x_fq is not None and y_fq is not None and y_fq.attrs["bits"] == 8 and (w_fq or op.type == "matmul"):
@@ -178,9 +258,12 @@ class ConvertInt8(Pass):
     def _int8(self, rewriter: Rewriter, op: Op, x_fq: Op, w_fq: Op, stored: bool) -> None:
         x_q = self._quantize(rewriter, op, x_fq)
         if stored:
-            q, scale, _, _ = _quantized_weight(rewriter.program, w_fq)
-            w_q = rewriter.param(f"{_param_name(w_fq.operands[0])}.int8", q)
+            name = param_name(w_fq.operands[0])
+            q, scale, _, _ = quantized_weight(rewriter.program, w_fq)
+            w_q = rewriter.param(f"{name}.int8", q)
             w_scale = w_fq.operands[1]
+            if param_name(w_scale) is None:  # computed by QAT's abs_max: store it
+                w_scale = rewriter.param(f"{name}.{SCALE_SUFFIX['weight']}", scale)
         else:  # a matmul of two activations
             w_q, w_scale = self._quantize(rewriter, op, w_fq), w_fq.operands[1]
         x_scale, rest = x_fq.operands[1], op.operands[2:]
@@ -207,8 +290,8 @@ class ConvertInt8(Pass):
                 or op.type == "matmul" and (op.attrs.get("transpose_x") or op.attrs.get("transpose_y")
                                             or len(op.operands[1].type.shape) != 2):
             return False
-        q, scale, bits, axis = _quantized_weight(rewriter.program, w_fq)
-        name = _param_name(w_fq.operands[0])
+        q, scale, bits, axis = quantized_weight(rewriter.program, w_fq)
+        name = param_name(w_fq.operands[0])
         w_q = rewriter.param(f"{name}.int4" if bits == 4 else f"{name}.int8", pack_int4(q) if bits == 4 else q)
         if axis is None:  # weight_only_linear takes a per-output-channel scale
             scale = np.full(q.shape[-1], scale, np.float32)

@@ -5,4 +5,4 @@
 ['KL', 'abs_max', 'avg']
 """
 from paddlejax.slim import quant  # noqa: F401
-from paddlejax.slim.quant import calibrate, quant_post  # noqa: F401
+from paddlejax.slim.quant import calibrate, convert, quant_aware, quant_post  # noqa: F401

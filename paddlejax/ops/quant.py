@@ -148,6 +148,41 @@ def _fake_quantize_asym(x, min_value, max_value, *, bits, axis):
     return out + jnp.where(inside, x - frozen, jnp.zeros((), x.dtype))
 
 
+def _abs_max(x, *, axis):
+    """The absolute maximum of ``x``: one per channel along ``axis`` (shape
+    ``(x.shape[axis],)``), or of the whole array (shape ``()``) when ``axis`` is None. It is a
+    quantization scale, so it has no gradient: QAT computes its weight scales with it.
+
+    >>> import jax.numpy as jnp
+    >>> abs_max(jnp.array([[1.0, -3.0], [-2.0, 0.5]]), axis=0).tolist(), float(abs_max(jnp.array([-4.0, 2.0])))
+    ([3.0, 2.0], 4.0)
+    """
+    keep = None if axis is None else norm_axis("abs_max", "axis", axis, x.ndim)
+    reduce = tuple(d for d in range(x.ndim) if d != keep)
+    return lax.stop_gradient(jnp.max(jnp.abs(x), axis=reduce))
+
+
+def _moving_average_abs_max(x, scale, state, *, rate):
+    """One training step of PaddleSlim's ``moving_average_abs_max`` activation observer:
+    ``state' = rate * state + 1``, ``accum' = rate * accum + max|x|`` and ``scale' = accum' /
+    state'``, with the accumulator kept as ``scale * state``. Returns ``(scale', state')``,
+    without gradients. From ``state = 0`` the first step gives ``scale' = max|x|``.
+
+    >>> import jax.numpy as jnp
+    >>> s, n = moving_average_abs_max(jnp.array([1.0, -2.0]), jnp.float32(0.0), jnp.float32(0.0), rate=0.9)
+    >>> float(s), float(n)
+    (2.0, 1.0)
+    >>> s, n = moving_average_abs_max(jnp.array([4.0]), s, n, rate=0.9)
+    >>> round(float(s), 4), float(n)   # (0.9 * 2 + 4) / (0.9 + 1)
+    (3.0526, 1.899999976158142)
+    """
+    current = jnp.max(jnp.abs(lax.stop_gradient(x))).astype(jnp.float32)
+    state = lax.stop_gradient(state).astype(jnp.float32)
+    new_state = rate * state + 1
+    accum = rate * lax.stop_gradient(scale).astype(jnp.float32) * state + current
+    return accum / new_state, new_state
+
+
 def _quantize(x, scale, *, bits, axis):
     """Symmetric quantization to int8 values in ``[-qmax, qmax]``:
     ``clip(round(x / scale * qmax), -qmax, qmax)`` (round half to even).
@@ -385,6 +420,13 @@ fake_quantize_asym = define("fake_quantize_asym", _fake_quantize_asym,
                             inputs=[Input("x", dtype="float"), Input("min", rank=_SCALE_RANK, dtype="float"),
                                     Input("max", rank=_SCALE_RANK, dtype="float")],
                             attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+abs_max = define("abs_max", _abs_max, inputs=[Input("x", dtype="float")], attrs={"axis": _axis_attr()},
+                 flops=elementwise_flops)
+moving_average_abs_max = define(
+    "moving_average_abs_max", _moving_average_abs_max,
+    inputs=[Input("x", dtype="float"), Input("scale", rank=0, dtype="float"), Input("state", rank=0, dtype="float")],
+    attrs={"rate": Attr("float", 0.9, doc="weight of the past in the moving average")},
+    outputs=("scale", "state"), flops=elementwise_flops)
 quantize = define("quantize", _quantize,
                   inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
                   attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import jax
@@ -81,6 +82,10 @@ class Trainer:
         checkpoint_dir, checkpoint_every, keep_checkpoints, resume: Orbax checkpoints of the
             whole training state; ``fit`` resumes from the latest good one.
         check_nan_inf: on a non-finite loss or gradient, name the first op that produced it.
+        passes: a pipeline (``"quant_aware"``, or a list of passes) run on the captured
+            training and inference programs, before ``amp``; state the passes add (e.g.
+            quantization scales) is trained and checkpointed with the model's, and
+            :meth:`inference_program` keeps it.
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
@@ -88,7 +93,8 @@ class Trainer:
                  weight_decay: float | None = None, accumulate: int = 1, ema: float | None = None,
                  callbacks: Sequence[Callback] = (), log_dir: str | None = None, log_every: int = 10,
                  progress: bool = True, checkpoint_dir: str | None = None, checkpoint_every: int = 100,
-                 keep_checkpoints: int = 3, resume: bool = True, check_nan_inf: bool = False):
+                 keep_checkpoints: int = 3, resume: bool = True, check_nan_inf: bool = False,
+                 passes: str | Sequence = ()):
         if amp is not None and amp not in AMP_DTYPES:
             raise ValueError(f"Trainer: amp expects one of {sorted(AMP_DTYPES)} or None, got {amp!r}")
         if accumulate < 1:
@@ -100,6 +106,7 @@ class Trainer:
         self.loss_fn = _loss_fn(loss)
         self.metrics = [metrics_lib.get(m) for m in metrics]
         self.amp = AMP_DTYPES.get(amp) if amp else None
+        self.passes = self._passes(passes)
         self.tx = self._optimizer(optimizer or optax.sgd(0.01), grad_clip, weight_decay, accumulate)
         self.ema_decay = ema
         self.callbacks = list(callbacks)
@@ -132,6 +139,14 @@ class Trainer:
         tx = optax.chain(*chain, tx) if chain else tx
         return optax.MultiSteps(tx, every_k_schedule=accumulate) if accumulate > 1 else tx
 
+    @staticmethod
+    def _passes(passes) -> list:
+        if not passes:
+            return []
+        from paddlejax.passes import PassManager
+
+        return PassManager(passes).passes  # parsed now, so a misspelt pass fails here
+
     def _build(self, inputs) -> None:
         """Capture the programs and initialise the training state on the first batch."""
         if self.train_program is not None:
@@ -139,7 +154,8 @@ class Trainer:
         self.specs = tuple(_spec(x) for x in inputs)
         self.train_program = self._static(train=True)
         self.eval_program = self._static(train=False)
-        values = self.model_state.values
+        # state added by the passes (not a model variable) is carried like batch-norm statistics
+        values = {**self.train_program.params, **self.model_state.values}
         params = {n: values[n] for n in sorted(self.model_state.trainable)}
         scale = LossScale.dynamic() if self.amp == "float16" else LossScale.none()
         self.state = {
@@ -157,12 +173,19 @@ class Trainer:
         self._eval_step = jax.jit(self._evaluate_batch)
         self._predict_step = jax.jit(lambda s, inputs: self.eval_program.apply(self._weights(s), *inputs))
 
-    def _static(self, train: bool) -> Program:
-        prog = to_static(self.model, *self.specs, train=train)
-        if self.amp:
-            from paddlejax import passes
+    def _static(self, train: bool, model=None, amp: bool = True) -> Program:
+        prog = to_static(self.model if model is None else model, *self.specs, train=train)
+        pipeline = self.passes + ([f"amp{{dtype={self.amp}}}"] if self.amp and amp else [])
+        if not pipeline:
+            return prog
+        from paddlejax.passes import PassManager
 
-            prog = passes.run(prog, f"amp{{dtype={self.amp}}}")
+        manager = PassManager(pipeline)
+        prog = manager.run(prog, training=train)
+        idle = [r.name for r in manager.records[:len(self.passes)] if not r.changed]
+        if idle:
+            warnings.warn(f"Trainer: pass {', '.join(idle)} changed nothing in {prog.name} (no op it applies to?)",
+                          stacklevel=3)
         return prog
 
     @property
@@ -377,11 +400,14 @@ class Trainer:
         return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
 
     def inference_program(self) -> Program:
-        """The model in eval mode as a program holding the current (EMA) weights, ready to save."""
+        """The model in eval mode as a program holding the current (EMA) weights, ready to save
+        (in float32: without ``amp``, with the other ``passes`` and their trained state)."""
         if self.state is None:
             raise RuntimeError("Trainer.inference_program: train or evaluate on a batch first")
-        copy = self.model_state.merge(jax.device_get(self._weights(self.state)))
-        return to_static(copy, *self.specs)
+        weights = jax.device_get(self._weights(self.state))
+        program = self._static(False, self.model_state.merge(weights), amp=False)
+        program.params.update({n: v for n, v in weights.items() if n in program.params})
+        return program
 
     def sync_model(self) -> None:
         """Write the trained parameters and state back into ``model``."""

@@ -10,5 +10,6 @@ from paddlejax.slim.quant.observers import (OBSERVERS, AbsMaxObserver, AvgObserv
                                             ChannelWiseAbsMaxObserver, HistObserver, KLObserver,
                                             MinMaxObserver, MovingAverageAbsMaxObserver, MSEObserver, Observer,
                                             make_observer, quant_error)
+from paddlejax.slim.quant.aware import convert, quant_aware  # noqa: F401
 from paddlejax.slim.quant.post import activation_scales, calibrate, quant_post  # noqa: F401
 from paddlejax.slim.quant.report import LayerError, layer_errors, plot_layer_errors  # noqa: F401

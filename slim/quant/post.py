@@ -21,7 +21,7 @@ True
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import jax
 import numpy as np
@@ -31,6 +31,7 @@ from paddlejax.ir.core import Program
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes import run as run_passes
 from paddlejax.passes.quant import InsertFakeQuant
+from paddlejax.slim.quant.aware import convert
 from paddlejax.slim.quant.observers import make_observer
 
 
@@ -55,6 +56,27 @@ def _float_probe(program: Program) -> tuple[Program, list[str]]:
     return probe, list(taps)
 
 
+def probe_batches(program: Program, calib_data: Iterable, caller: str, progress: bool) -> Iterator[dict]:
+    """For each batch of ``calib_data``, the float values of the activations that the
+    fake-quant ops of ``program`` quantize, by scale name (see :func:`activation_scales`)."""
+    probe, names = _float_probe(program)
+    if not names:
+        raise ValueError(f"{caller}: {program.name} has no fake-quantized activation to calibrate; "
+                         "run insert_fake_quant first (with act_bits 8 or 4)")
+    run = jax.jit(probe.apply)
+    batches = 0
+    for batch in _progress(calib_data, progress, caller):
+        inputs = batch if isinstance(batch, tuple) else (batch,)
+        try:
+            values = run(probe.params, *inputs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{caller}: batch {batches} does not fit {program.name}: {e}") from None
+        yield values
+        batches += 1
+    if not batches:
+        raise ValueError(f"{caller}: calib_data gave no batch")
+
+
 def calibrate(program: Program, calib_data: Iterable, algo: str = "hist", *, progress: bool = True,
               **observer_options) -> dict[str, np.ndarray]:
     """Set the activation scales of a fake-quantized ``program`` (in place) from
@@ -64,45 +86,34 @@ def calibrate(program: Program, calib_data: Iterable, algo: str = "hist", *, pro
     The observers see the float program's activations: the fake-quant ops are left out while
     calibrating, as in PaddleSlim.
     """
-    probe, names = _float_probe(program)
-    if not names:
-        raise ValueError(f"calibrate: {program.name} has no fake-quantized activation to calibrate; "
-                         "run insert_fake_quant first (with act_bits 8 or 4)")
-    observers = {name: make_observer(algo, **observer_options) for name in names}
-    run = jax.jit(probe.apply)
-    batches = 0
-    for batch in _progress(calib_data, progress):
-        inputs = batch if isinstance(batch, tuple) else (batch,)
-        try:
-            values = run(probe.params, *inputs)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"calibrate: batch {batches} does not fit {program.name}: {e}") from None
+    make_observer(algo, **observer_options)  # an unknown algorithm or option fails before any batch runs
+    observers = {}
+    for values in probe_batches(program, calib_data, "calibrate", progress):
         for name, value in values.items():
-            observers[name].observe(np.asarray(value))
-        batches += 1
-    if not batches:
-        raise ValueError("calibrate: calib_data gave no batch")
+            observers.setdefault(name, make_observer(algo, **observer_options)).observe(np.asarray(value))
     scales = {name: observer.scale() for name, observer in observers.items()}
     for name, scale in scales.items():
         program.params[name] = jax.numpy.asarray(scale, jax.numpy.float32)
     return scales
 
 
-def _progress(data, show: bool):
+def _progress(data, show: bool, desc: str):
     if not show:
         return data
     from tqdm.auto import tqdm
 
-    return tqdm(data, desc="calibrating", unit="batch", total=len(data) if hasattr(data, "__len__") else None)
+    return tqdm(data, desc=desc, unit="batch", total=len(data) if hasattr(data, "__len__") else None)
 
 
 def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterable, algo: str = "hist", *,
                ops: str = "conv2d:depthwise_conv2d:linear:matmul", skip: str = "", weight_bits: int = 8,
-               channel_wise: bool = True, progress: bool = True, output: str | os.PathLike | None = None,
-               **observer_options) -> Program:
+               channel_wise: bool = True, bias_correction: bool = False, progress: bool = True,
+               output: str | os.PathLike | None = None, **observer_options) -> Program:
     """The int8 version of a program (or the path of a saved one), calibrated on
     ``calib_data`` with ``algo``; saved to ``output`` when given. ``ops`` and ``skip`` choose
-    the ops as for ``insert_fake_quant`` (a regular expression on the weight's name).
+    the ops as for ``insert_fake_quant`` (a regular expression on the weight's name);
+    ``bias_correction`` adds each layer's mean output shift from int8 weights, measured on
+    ``calib_data`` (which is then read twice), to its bias (:mod:`paddlejax.slim.quant.bias`).
     See the module doc for the steps.
     """
     from paddlejax.io import save
@@ -113,8 +124,15 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
     if not activation_scales(fake):
         raise ValueError(f"quant_post: nothing to quantize in {source.name}: no {ops.replace(':', ', ')} op "
                          f"with a parameter weight" + (f" outside skip={skip!r}" if skip else ""))
+    if bias_correction and iter(calib_data) is calib_data:
+        raise ValueError("quant_post: bias_correction reads calib_data twice; pass a list (or another re-iterable "
+                         "collection) of batches, not an iterator")
     calibrate(fake, calib_data, algo, progress=progress, **observer_options)
-    int8 = run_passes(fake, "convert_int8,dce")
+    if bias_correction:
+        from paddlejax.slim.quant.bias import correct_bias
+
+        correct_bias(fake, calib_data, progress=progress)
+    int8 = convert(fake)
     if output is not None:
         save(int8, output)
     return int8

@@ -10,9 +10,9 @@ from safetensors import safe_open
 
 import paddlejax as pj
 import paddlejax.ops as ops
-from paddlejax.ops.quant import (dequantize, fake_quantize, fake_quantize_asym, pack_int4, qmax, quantize,
-                                 quantized_conv2d, quantized_linear, quantized_matmul, unpack_int4,
-                                 weight_only_linear)
+from paddlejax.ops.quant import (abs_max, dequantize, fake_quantize, fake_quantize_asym, moving_average_abs_max,
+                                 pack_int4, qmax, quantize, quantized_conv2d, quantized_linear, quantized_matmul,
+                                 unpack_int4, weight_only_linear)
 
 rng = np.random.default_rng(0)
 
@@ -231,13 +231,33 @@ def test_ops_work_under_jit_vmap_and_grad():
 
 def test_ops_are_registered_documented_and_costed():
     names = ["fake_quantize", "fake_quantize_asym", "quantize", "dequantize", "quantized_linear",
-             "quantized_matmul", "quantized_conv2d", "weight_only_linear"]
+             "quantized_matmul", "quantized_conv2d", "weight_only_linear", "abs_max", "moving_average_abs_max"]
     for name in names:
         op = ops.get(name)
         assert op.doc and op.primitive.name == name and op.flops is not None
     assert quantized_linear.flops([(4, 8), (8, 3), (), (3,)], [(4, 3)], {}) == 2 * 4 * 8 * 3
     assert weight_only_linear.flops([(4, 8), (4, 3), (3,)], [(4, 3)], {"bits": 4}) == 2 * 4 * 8 * 3
     assert set(quantized_conv2d.attrs) == set(ops.conv2d.attrs)
+
+
+def test_abs_max_per_channel_and_per_tensor_without_gradient():
+    x = rand(3, 4, 2)
+    np.testing.assert_array_equal(abs_max(x, axis=1), np.abs(x).max(axis=(0, 2)))
+    np.testing.assert_array_equal(abs_max(x, axis=-1), np.abs(x).max(axis=(0, 1)))
+    assert float(abs_max(x)) == np.abs(x).max()
+    assert float(jnp.abs(jax.grad(lambda t: abs_max(t, axis=0).sum())(x)).sum()) == 0
+
+
+def test_moving_average_abs_max_is_paddleslims_observer():
+    """state' = rate * state + 1, accum' = rate * accum + max|x|, scale = accum' / state'."""
+    batches = [rand(5) * k for k in (1.0, 3.0, 0.5)]
+    scale, state, accum, count = f32(0.0), f32(0.0), 0.0, 0.0
+    for x in batches:
+        scale, state = moving_average_abs_max(x, scale, state, rate=0.9)
+        count, accum = 0.9 * count + 1, 0.9 * accum + np.abs(x).max()
+        np.testing.assert_allclose([float(scale), float(state)], [accum / count, count], rtol=1e-6)
+    grads = jax.grad(lambda t: moving_average_abs_max(t, f32(1.0), f32(1.0))[0])(batches[0])
+    assert float(jnp.abs(grads).sum()) == 0
 
 
 def quantized_model(p, x):

@@ -129,3 +129,55 @@ def test_fake_quantized_program_trains_with_straight_through_gradients(prog):
     x = jnp.asarray(inputs())
     grads = jax.grad(lambda p: fake.apply(p, x).sum())(fake.params)
     assert float(jnp.abs(grads["conv.w"]).sum()) > 0 and float(jnp.abs(grads["fc.w"]).sum()) > 0
+
+
+def test_quant_aware_computes_weight_scales_from_the_weights_in_the_program(prog):
+    qat = pj.passes.run(prog, "quant_aware")
+    assert [op.type for op in qat.walk() if op.type in ("abs_max", "fake_quantize", "linear")][-4:] == [
+        "abs_max", "fake_quantize", "fake_quantize", "linear"]
+    assert sorted(k for k in qat.params if "scale" in k) == ["conv.w.input_scale", "dw.w.input_scale",
+                                                             "fc.w.input_scale"]
+    fake = calibrated(prog)  # the same weight scales, stored, and calibrated activation scales
+    qat.params.update({k: v for k, v in fake.params.items() if k.endswith("input_scale")})
+    x = inputs()
+    np.testing.assert_array_equal(qat(x), fake(x))
+
+
+def training(prog):
+    """``prog`` as a training-mode capture returns it: (outputs, updates)."""
+    return pj.trace(lambda p, x: (net(p, x), {}), pj.InputSpec((None, 3, 4, 4)), params=prog.params)
+
+
+def test_quant_aware_training_program_updates_moving_average_scales(prog):
+    qat = pj.passes.run(training(prog), "quant_aware{moving_rate=0.5}", training=True)
+    assert qat.params["conv.w.input_state"] == 0
+    x1, x2 = inputs(seed=1), 3 * inputs(seed=2)
+    _, first = qat.apply(qat.params, x1)
+    assert sorted(first) == ["conv.w.input_scale", "conv.w.input_state", "dw.w.input_scale", "dw.w.input_state",
+                             "fc.w.input_scale", "fc.w.input_state"]
+    assert float(first["conv.w.input_scale"]) == np.abs(x1).max() and float(first["conv.w.input_state"]) == 1
+    _, second = qat.apply({**qat.params, **first}, x2)
+    expected = (0.5 * np.abs(x1).max() + np.abs(x2).max()) / 1.5
+    np.testing.assert_allclose(float(second["conv.w.input_scale"]), expected, rtol=1e-6)
+    # the step quantizes with the scale it has just observed: the input is never clipped
+    grads = jax.grad(lambda p: qat.apply(p, jnp.asarray(x2))[0].sum())(qat.params)
+    assert float(jnp.abs(grads["conv.w"]).sum()) > 0
+
+
+def test_quant_aware_in_training_needs_the_updates_output(prog):
+    with pytest.raises(pj.passes.PassError, match=r"a training program returns \(outputs, updates\)"):
+        pj.passes.run(prog, "quant_aware", training=True)
+    with pytest.raises(pj.passes.PassError, match=r"moving_rate must be in \[0, 1\)"):
+        pj.passes.run(prog, "quant_aware{moving_rate=1.5}")
+
+
+def test_converted_quant_aware_program_stores_the_weight_scales(prog):
+    qat = pj.passes.run(prog, "quant_aware")
+    pj.slim.calibrate(qat, [inputs()], algo="abs_max", progress=False)
+    int8 = pj.slim.convert(qat)
+    assert not any(op.type in ("abs_max", "fake_quantize") for op in int8.walk())
+    np.testing.assert_array_equal(int8.params["fc.w.quant_scale"], np.abs(params()["fc.w"]).max(axis=0))
+    assert not any(k in int8.used_params() for k in ("conv.w", "dw.w", "fc.w"))
+    x = inputs(seed=3)
+    np.testing.assert_allclose(int8(x), qat(x), rtol=1e-5, atol=1e-5)
+

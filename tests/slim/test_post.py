@@ -1,43 +1,17 @@
-"""Post-training quantization on real data: the digits CNN of the issue's PaddleSlim comparison,
+"""Post-training quantization on real data: the digits CNN of the PaddleSlim comparison (see conftest.py),
 and calibration's bad-input errors."""
 import numpy as np
-import optax
 import pytest
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import paddlejax as pj
-from paddlejax.models.digits import DigitsCNN
 
 # PaddleSlim 2.6 on this exact setup: int8 loses no accuracy; mean |int8 logit - fp32 logit|
 PADDLESLIM_DLOGIT = {"hist": 0.050, "abs_max": 0.047, "avg": 0.060, "KL": 0.33}
 
 
-@pytest.fixture(scope="module")
-def digits():
-    """The fp32 program trained on sklearn's digits (pixels / 16, stratified 80/20 split)."""
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    x_train, x_test, y_train, y_test = train_test_split(x, y.astype(np.int32), test_size=0.2, random_state=0,
-                                                        stratify=y)
-    pj.nn.seed(0)
-    model = DigitsCNN()
-    trainer = pj.Trainer(model, optax.adam(1e-3), loss=pj.ops.cross_entropy, progress=False)
-    rng = np.random.default_rng(0)
-    for _ in range(15):
-        order = rng.permutation(len(x_train))
-        for i in range(0, len(order), 32):
-            trainer.train_batch([x_train[order[i:i + 32]]], y_train[order[i:i + 32]])
-    trainer.sync_model()
-    model.eval()
-    program = pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
-    calib = [x_train[i:i + 32] for i in range(0, 256, 32)]  # the first 256 training images
-    return program, calib, x_test, y_test
-
-
 @pytest.mark.parametrize("algo", sorted(PADDLESLIM_DLOGIT))
 def test_int8_loses_no_accuracy_and_stays_as_close_to_fp32_as_paddleslim(digits, algo):
-    program, calib, x_test, y_test = digits
+    program, calib, x_test, y_test = digits.program, digits.calib, digits.x_test, digits.y_test
     fp32 = np.asarray(program(x_test))
     int8 = pj.slim.quant_post(program, calib, algo=algo, progress=False)
     assert sum(op.type.startswith("quantized_") for op in int8.walk()) == 4  # three convs and the head
@@ -48,13 +22,13 @@ def test_int8_loses_no_accuracy_and_stays_as_close_to_fp32_as_paddleslim(digits,
 
 
 def test_quant_post_saves_and_the_file_reloads(digits, tmp_path):
-    program, calib, x_test, _ = digits
+    program, calib, x_test = digits.program, digits.calib, digits.x_test
     int8 = pj.slim.quant_post(program, calib, algo="abs_max", progress=False, output=tmp_path / "int8")
     np.testing.assert_array_equal(pj.load(tmp_path / "int8")(x_test[:8]), int8(x_test[:8]))
 
 
 def test_bad_calibration_data_is_named(digits):
-    program, _, _, _ = digits
+    program = digits.program
     with pytest.raises(ValueError, match="calib_data gave no batch"):
         pj.slim.quant_post(program, [], progress=False)
     with pytest.raises(ValueError, match="calibrate: batch 0 does not fit"):
@@ -67,7 +41,7 @@ def test_bad_calibration_data_is_named(digits):
 
 
 def test_per_layer_report_names_each_quantized_layer(digits, tmp_path):
-    program, calib, x_test, _ = digits
+    program, calib, x_test = digits.program, digits.calib, digits.x_test
     int8 = pj.slim.quant_post(program, calib, algo="hist", progress=False)
     errors = pj.slim.quant.layer_errors(program, int8, x_test[:64])
     assert [e.op for e in errors] == ["quantized_conv2d"] * 3 + ["quantized_linear"]

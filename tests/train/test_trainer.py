@@ -287,3 +287,40 @@ def test_bad_arguments_are_named():
         trainer(accumulate=0)
     with pytest.raises(ValueError, match=r"batches must be \(inputs..., labels\)"):
         trainer().fit(np.zeros((4, 8), np.float32), epochs=1)
+
+
+class PaddleMLP(pj.nn.Layer):
+    """Paddle-style layers, which capture as ``linear`` ops the quantization passes know."""
+
+    def __init__(self):
+        self.l1, self.l2 = pj.nn.Linear(8, 16), pj.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.l2(pj.ops.relu(self.l1(x)))
+
+
+def test_passes_rewrite_the_programs_and_their_state_trains_and_checkpoints(tmp_path):
+    x, y = blobs()
+    pj.nn.seed(0)
+    t = pj.Trainer(PaddleMLP(), optax.adam(0.01), metrics=["accuracy"], passes="quant_aware", progress=False,
+                   checkpoint_dir=str(tmp_path), checkpoint_every=4)
+    t.fit((x, y), epochs=2, batch_size=16)
+    assert "fake_quantize" in str(t.train_program) and "moving_average_abs_max" in str(t.train_program)
+    assert "moving_average_abs_max" not in str(t.eval_program)
+    scales = {k: float(v) for k, v in t.state["extra"].items() if k.endswith("input_scale")}
+    assert sorted(scales) == ["l1.weight.input_scale", "l2.weight.input_scale"]
+    np.testing.assert_allclose(scales["l1.weight.input_scale"], np.abs(x).max(), rtol=0.2)
+    assert t.evaluate((x, y))["acc"] > 0.9
+    resumed = pj.Trainer(PaddleMLP(), optax.adam(0.01), passes="quant_aware", progress=False,
+                         checkpoint_dir=str(tmp_path))
+    resumed.fit((x, y), epochs=2, batch_size=16)  # restores the finished run: nothing left to train
+    assert resumed.step == t.step
+    assert {k: float(resumed.state["extra"][k]) for k in scales} == scales
+
+
+def test_a_pass_that_changes_nothing_warns_and_a_misspelt_one_fails():
+    x, y = blobs(n=16)
+    with pytest.warns(UserWarning, match="pass quant_aware changed nothing in MLP"):
+        trainer(passes="quant_aware").train_batch([x], y)  # flax's nnx.Linear traces to lax.dot_general
+    with pytest.raises(KeyError, match="unknown pass 'quant_awre'; did you mean quant_aware"):
+        trainer(passes=["quant_awre"])

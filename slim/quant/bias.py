@@ -1,0 +1,89 @@
+"""Empirical bias correction for post-training quantization (Nagel et al., "Data-Free
+Quantization Through Weight Equalization and Bias Correction", section 4.2).
+
+Rounding a layer's weights to int8 shifts the mean of its outputs, per output channel, by
+``E[op(x, W - W_q)]``. The ops are linear in ``x``, so that is ``op(E[x], W - W_q)`` with the
+mean over the batch, averaged over the other output axes: one pass over the calibration data
+measures ``E[x]`` for every layer, and the shift goes into the layer's bias.
+
+>>> import numpy as np, jax.numpy as jnp, paddlejax as pj
+>>> rng = np.random.default_rng(0)
+>>> prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), pj.InputSpec((None, 16)),
+...                 params={"w": jnp.asarray(rng.normal(size=(16, 4)), jnp.float32)})
+>>> fake = pj.passes.run(prog, "insert_fake_quant{weight_bits=4}")
+>>> data = [rng.normal(1.0, 1.0, size=(32, 16)).astype(np.float32)]
+>>> _ = pj.slim.calibrate(fake, data, "abs_max", progress=False)
+>>> shifts = correct_bias(fake, data, progress=False)
+>>> list(shifts), sorted(fake.used_params())
+(['w'], ['w', 'w.bias_correction', 'w.input_scale', 'w.quant_scale'])
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from paddlejax.ir.core import Op, Program
+from paddlejax.ir.rewriter import Rewriter
+from paddlejax.ops import registry
+from paddlejax.ops.common import channel_axis
+from paddlejax.ops.quant import dequantize
+from paddlejax.passes.fusion import stored_array
+from paddlejax.passes.quant import is_stored_weight, param_name, quantized_weight
+from paddlejax.slim.quant.post import probe_batches
+
+CORRECTABLE = ("conv2d", "depthwise_conv2d", "linear")
+
+
+def _targets(program: Program) -> dict[str, Op]:
+    """Activation scale name -> the op it feeds, for each fake-quantized conv / linear with a
+    stored weight, a stored bias or none, and no fused activation (after which the shift
+    would not be linear)."""
+    out = {}
+    for op in program.walk():
+        if op.type not in CORRECTABLE or op.attrs.get("act") is not None:
+            continue
+        x_fq, w_fq = (v.producer for v in op.operands[:2])
+        stored_bias = len(op.operands) < 3 or param_name(op.operands[2]) is not None
+        if all(fq is not None and fq.type == "fake_quantize" for fq in (x_fq, w_fq)) and stored_bias \
+                and is_stored_weight(program, w_fq) and param_name(x_fq.operands[1]):
+            out[param_name(x_fq.operands[1])] = op
+    return out
+
+
+def _output_shift(program: Program, op: Op, mean_x: np.ndarray) -> np.ndarray:
+    """``op(E[x], W - W_q)`` averaged over every output axis but the channel's."""
+    w_fq = op.operands[1].producer
+    q, scale, bits, axis = quantized_weight(program, w_fq)
+    error = stored_array(program, w_fq.operands[0]) - np.asarray(dequantize(q, scale, bits=bits, axis=axis))
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("act", "act_alpha")}
+    y = np.asarray(registry.get(op.type)(mean_x[None].astype(np.float32), error.astype(np.float32), **attrs))
+    keep = y.ndim - 1 if op.type == "linear" else channel_axis(op.attrs["data_format"], y.ndim)
+    return y.mean(axis=tuple(d for d in range(y.ndim) if d != keep))
+
+
+def correct_bias(program: Program, calib_data: Iterable, *, progress: bool = True) -> dict[str, np.ndarray]:
+    """Add to the bias of every fake-quantized conv / linear of ``program`` (in place; a layer
+    without one gets a ``<weight>.bias_correction`` bias) the mean output shift of its
+    quantized weight on ``calib_data``; returns the shifts by weight name."""
+    targets = _targets(program)
+    sums, count = {}, 0
+    for values in probe_batches(program, calib_data, "correct_bias", progress):
+        for name in targets:
+            x = np.asarray(values[name], np.float64)
+            sums[name] = sums.get(name, 0) + x.sum(axis=0)
+        count += len(next(iter(values.values())))
+    rewriter = Rewriter(program)
+    shifts = {}
+    for name, op in targets.items():
+        weight = param_name(op.operands[1].producer.operands[0])
+        shift = _output_shift(program, op, sums[name] / count).astype(np.float32)
+        shifts[weight] = shift
+        if len(op.operands) > 2:
+            bias = param_name(op.operands[2])
+            program.params[bias] = np.asarray(program.params[bias]) + shift
+        else:
+            bias = rewriter.param(f"{weight}.bias_correction", shift)
+            new = Op(op.type, [*op.operands, bias], [op.result.type], dict(op.attrs), loc=op.loc)
+            rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
+    return shifts
