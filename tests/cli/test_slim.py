@@ -35,6 +35,15 @@ def test_quantize_writes_the_int8_program_the_table_and_the_chart(mlp, capsys):
     assert np.abs(np.asarray(int8(x)) - np.asarray(prog(x))).max() < 0.05 * np.abs(np.asarray(prog(x))).max()
 
 
+def test_bias_correction_gives_the_layers_a_corrected_bias(mlp, capsys):
+    _, tmp = mlp
+    args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / "calib.npy"), "--weight-bits", "4",
+            "--bias-correction", "-o", str(tmp / "int4")]
+    assert main(args) == 0
+    assert sorted(k for k in pj.load(tmp / "int4").params if "bias" in k) == ["l1.w.bias_correction",
+                                                                              "l2.w.bias_correction"]
+
+
 def test_bad_calibration_files_are_refused(mlp, capsys):
     _, tmp = mlp
     np.save(tmp / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
