@@ -73,8 +73,9 @@ class InsertFakeQuant(Pass):
     weight's parameter name, or ``<type>_<k>`` for a matmul of two activations -- does not
     match the regular expression ``skip``. ``weight_bits`` / ``act_bits`` are 8 or 4 (0:
     leave that input in float, e.g. ``act_bits=0`` for weight-only quantization);
-    ``channel_wise`` gives each output channel of a weight its own scale. Ops already
-    fake-quantized are left alone, so running the pass twice changes nothing.
+    ``channel_wise`` gives each output channel of a weight its own scale. An activation read
+    by several of the ops has one scale, named after the first. Ops already fake-quantized
+    are left alone, so running the pass twice changes nothing.
 
     Statistics: ``ops`` quantized, ``weights`` and ``activations`` fake-quantized.
     """
@@ -98,6 +99,7 @@ class InsertFakeQuant(Pass):
         rewriter = Rewriter(program)
         stats = {"ops": 0, "weights": 0, "activations": 0}
         unnamed = 0
+        shared: dict[tuple, Value] = {}  # (activation, block) -> its fake-quantized value
         for op in [op for op in program.walk() if op.type in types]:
             if any(_is_fake_quantized(v) for v in op.operands[:2]):
                 continue
@@ -118,10 +120,14 @@ class InsertFakeQuant(Pass):
             if self.act_bits:
                 inputs = [0] if weight is not None else [0, 1]
                 for i in inputs:
-                    role = "input" if weight is not None else "xy"[i]
-                    scale = self._activation_scale(rewriter, op, i, f"{name}.{SCALE_SUFFIX[role]}", ctx)
-                    self._fake_quantize(rewriter, op, i, scale, self.act_bits, None)
-                    stats["activations"] += 1
+                    key = (op.operands[i], op.parent)
+                    if key in shared:  # one scale per tensor, as PaddleSlim: e.g. q, k and v projections
+                        rewriter.set_operand(op, i, shared[key])
+                    else:
+                        role = "input" if weight is not None else "xy"[i]
+                        scale = self._activation_scale(rewriter, op, i, f"{name}.{SCALE_SUFFIX[role]}", ctx)
+                        shared[key] = self._fake_quantize(rewriter, op, i, scale, self.act_bits, None)
+                        stats["activations"] += 1
                     changed = True
             stats["ops"] += changed
         return PassResult(rewriter.changed, stats)
@@ -136,11 +142,12 @@ class InsertFakeQuant(Pass):
         return rewriter.param(name, np.float32(1.0))
 
     @staticmethod
-    def _fake_quantize(rewriter: Rewriter, op: Op, index: int, scale: Value, bits: int, axis: int | None) -> None:
+    def _fake_quantize(rewriter: Rewriter, op: Op, index: int, scale: Value, bits: int, axis: int | None) -> Value:
         v = op.operands[index]
         fq = rewriter.insert_before(op, Op("fake_quantize", [v, scale], [v.type], {"bits": bits, "axis": axis},
                                            loc=op.loc))
         rewriter.set_operand(op, index, fq.result)
+        return fq.result
 
 
 @register_pass
@@ -240,6 +247,7 @@ class ConvertInt8(Pass):
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         rewriter = Rewriter(program)
         stats = {"int8": 0, "weight_only": 0}
+        quantized: dict[Op, Value] = {}  # fake_quantize op -> the int8 value, shared by its readers
         for op in [op for op in program.walk() if op.type in QUANTIZABLE]:
             x, w = op.operands[:2]
             y_fq = w.producer if _is_fake_quantized(w) else None
@@ -247,7 +255,7 @@ class ConvertInt8(Pass):
             x_fq = x.producer if _is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
             # int8 x int8: a stored 8-bit weight, or a matmul's second activation
             if x_fq is not None and y_fq is not None and y_fq.attrs["bits"] == 8 and (w_fq or op.type == "matmul"):
-                self._int8(rewriter, op, x_fq, y_fq, w_fq is not None)
+                self._int8(rewriter, op, x_fq, y_fq, w_fq is not None, quantized)
                 stats["int8"] += 1
             elif w_fq is not None and not _is_fake_quantized(x) and self._weight_only(rewriter, op, w_fq):
                 stats["weight_only"] += 1
@@ -255,8 +263,8 @@ class ConvertInt8(Pass):
             rewriter.erase_op(op)
         return PassResult(rewriter.changed, stats)
 
-    def _int8(self, rewriter: Rewriter, op: Op, x_fq: Op, w_fq: Op, stored: bool) -> None:
-        x_q = self._quantize(rewriter, op, x_fq)
+    def _int8(self, rewriter: Rewriter, op: Op, x_fq: Op, w_fq: Op, stored: bool, quantized: dict) -> None:
+        x_q = self._quantize(rewriter, x_fq, quantized)
         if stored:
             name = param_name(w_fq.operands[0])
             q, scale, _, _ = quantized_weight(rewriter.program, w_fq)
@@ -265,7 +273,7 @@ class ConvertInt8(Pass):
             if param_name(w_scale) is None:  # computed by QAT's abs_max: store it
                 w_scale = rewriter.param(f"{name}.{SCALE_SUFFIX['weight']}", scale)
         else:  # a matmul of two activations
-            w_q, w_scale = self._quantize(rewriter, op, w_fq), w_fq.operands[1]
+            w_q, w_scale = self._quantize(rewriter, w_fq, quantized), w_fq.operands[1]
         x_scale, rest = x_fq.operands[1], op.operands[2:]
         if op.type in ("conv2d", "depthwise_conv2d"):
             attrs = {k: v for k, v in op.attrs.items() if k != "kernel"}
@@ -279,10 +287,14 @@ class ConvertInt8(Pass):
         rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
 
     @staticmethod
-    def _quantize(rewriter: Rewriter, op: Op, fq: Op) -> Value:
-        x, scale = fq.operands
-        int8 = TensorType(x.type.shape, "int8")
-        return rewriter.insert_before(op, Op("quantize", [x, scale], [int8], dict(fq.attrs), loc=op.loc)).result
+    def _quantize(rewriter: Rewriter, fq: Op, quantized: dict) -> Value:
+        """The int8 value of ``fq``'s input, made once, right after ``fq``."""
+        if fq not in quantized:
+            x, scale = fq.operands
+            int8 = TensorType(x.type.shape, "int8")
+            quantized[fq] = rewriter.insert_after(fq, Op("quantize", [x, scale], [int8], dict(fq.attrs),
+                                                         loc=fq.loc)).result
+        return quantized[fq]
 
     @staticmethod
     def _weight_only(rewriter: Rewriter, op: Op, w_fq: Op) -> bool:

@@ -181,3 +181,18 @@ def test_converted_quant_aware_program_stores_the_weight_scales(prog):
     x = inputs(seed=3)
     np.testing.assert_allclose(int8(x), qat(x), rtol=1e-5, atol=1e-5)
 
+
+
+def test_an_activation_read_by_several_ops_has_one_scale_and_one_quantize():
+    rng = np.random.default_rng(0)
+    prog = pj.trace(lambda p, x: pj.ops.linear(x, p["q"]) * pj.ops.linear(x, p["k"]), pj.InputSpec((None, 4)),
+                    params={"q": rng.normal(size=(4, 3)).astype(np.float32),
+                            "k": rng.normal(size=(4, 3)).astype(np.float32)})
+    fake = pj.passes.run(prog, "insert_fake_quant")
+    assert sorted(k for k in fake.params if k.endswith("input_scale")) == ["q.input_scale"]
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    pj.slim.calibrate(fake, [x], algo="abs_max", progress=False)
+    int8 = pj.slim.convert(fake)
+    assert [op.type for op in int8.walk() if op.type not in ("param", "lax.mul", "return")] == [
+        "quantize", "quantized_linear", "quantized_linear"]
+    np.testing.assert_allclose(int8(x), fake(x), rtol=1e-5, atol=1e-5)
