@@ -66,7 +66,7 @@ from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.layout import INTO, ConvertLayout, program_layout
 from paddlejax.passes.memory import parse_sizes
 
-TUNABLE = frozenset({"conv2d", "depthwise_conv2d", "quantized_conv2d"})
+TUNABLE = frozenset({"conv2d", "depthwise_conv2d", "quantized_conv2d", "quantized_linear", "quantized_matmul"})
 KERNEL_ATTR = "kernel"
 DEFAULT = "default"
 CACHE_ENV = "PADDLEJAX_AUTOTUNE_CACHE"
@@ -215,8 +215,10 @@ def workspace_bytes(candidate: str, signature: dict) -> int:
     im2col's patch matrix, the padded (and, for a channel multiplier, repeated) input of the
     shifted variants, the channels-last copies of lax_nhwc on NCHW data, winograd's transformed
     input and product tiles (none where it falls back to lax.conv), lax_bf16's bfloat16 copies
-    of the input and weight."""
+    of the input and weight, as the int8 ops' bf16 variants make."""
     (x, w), itemsize = signature["shapes"][:2], np.dtype(signature["dtypes"][0]).itemsize
+    if candidate == "lax_bf16" or candidate.startswith("bf16_"):
+        return (math.prod(x) + math.prod(w)) * np.dtype("bfloat16").itemsize
     attrs = _kernel_attrs(signature)
     axis = channel_axis(attrs["data_format"], 4)
     hw = [n for i, n in enumerate(x) if i not in (0, axis)]
@@ -234,8 +236,6 @@ def workspace_bytes(candidate: str, signature: dict) -> int:
                                                     signature["dtypes"][0]):
         tiles = x[0] * math.prod(-(-n // 2) for n in out)
         return 16 * tiles * (x[axis] + w[0]) * itemsize   # 4x4 tiles of the input and of the product
-    if candidate == "lax_bf16":
-        return (math.prod(x) + math.prod(w)) * np.dtype("bfloat16").itemsize
     return 0
 
 

@@ -339,10 +339,10 @@ def test_kernel_checks_also_raise_under_jit():
         jax.jit(lambda a: quantized_linear(a, w_i8, s0, f32([1.0, 2.0])))(x_i8)
 
 
-@pytest.mark.parametrize("variant", ["int8_taps", "int8_im2col"])
+@pytest.mark.parametrize("variant", ["int8_taps", "int8_im2col", "bf16_conv", "bf16_taps", "bf16_im2col"])
 @pytest.mark.parametrize("config", [dict(padding=1), dict(stride=2, padding="SAME", data_format="NHWC"),
                                     dict(groups=2, padding=((0, 1), (1, 0)), dilation=2)])
-def test_int8_matmul_variants_give_the_same_int32_sums_as_the_convolution(variant, config):
+def test_conv_variants_give_the_same_int32_sums_as_the_convolution(variant, config):
     fmt = config.get("data_format", "NCHW")
     x_q = randint8(*((2, 4, 7, 6) if fmt == "NCHW" else (2, 7, 6, 4)))
     w_q = randint8(6, 4 // config.get("groups", 1), 3, 3)
@@ -351,3 +351,19 @@ def test_int8_matmul_variants_give_the_same_int32_sums_as_the_convolution(varian
     kernel = ops.get("quantized_conv2d").variants[variant]
     attrs = ops.get("quantized_conv2d").check_attrs({"act": "relu", **config})
     np.testing.assert_allclose(kernel(*args, **attrs), reference, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [16, 1040])
+def test_bf16_carriers_sum_int8_products_exactly_up_to_1040_terms(k):
+    """bfloat16 holds every int8 value and float32 every sum up to 1040 * 127**2 < 2**24."""
+    x_q, w_q = jnp.full((3, k), -127, jnp.int8), randint8(k, 5, low=-127)
+    w_q[:, 0] = -127  # the extreme sum, 1040 * 127**2
+    linear = ops.get("quantized_linear")
+    scale = f32(127.0)
+    np.testing.assert_array_equal(linear.variants["bf16_dot"](x_q, w_q, scale, scale, act=None, act_alpha=None),
+                                  quantized_linear(x_q, w_q, scale, scale))
+    matmul = ops.get("quantized_matmul")
+    y_q = jnp.swapaxes(w_q, 0, 1)
+    np.testing.assert_array_equal(matmul.variants["bf16_dot"](x_q, y_q, scale, scale, transpose_x=False,
+                                                              transpose_y=True),
+                                  quantized_matmul(x_q, y_q, scale, scale, transpose_y=True))
