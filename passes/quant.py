@@ -38,7 +38,9 @@ import numpy as np
 
 from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
-from paddlejax.ops.quant import abs_max, pack_int4, quantize
+from paddlejax.ops.common import channel_axis
+from paddlejax.ops.conv import paddle_padding
+from paddlejax.ops.quant import abs_max, asym_grid, pack_int4, qmax, quantize
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.fusion import stored_array
 
@@ -62,8 +64,11 @@ def weight_axis(op: Op) -> int | None:
     return len(op.operands[1].type.shape) - 1
 
 
+FAKE_QUANT = ("fake_quantize", "fake_quantize_asym")
+
+
 def _is_fake_quantized(v: Value) -> bool:
-    return v.producer is not None and v.producer.type == "fake_quantize"
+    return v.producer is not None and v.producer.type in FAKE_QUANT
 
 
 @register_pass
@@ -73,7 +78,9 @@ class InsertFakeQuant(Pass):
     weight's parameter name, or ``<type>_<k>`` for a matmul of two activations -- does not
     match the regular expression ``skip``. ``weight_bits`` / ``act_bits`` are 8 or 4 (0:
     leave that input in float, e.g. ``act_bits=0`` for weight-only quantization);
-    ``channel_wise`` gives each output channel of a weight its own scale. An activation read
+    ``channel_wise`` gives each output channel of a weight its own scale;
+    ``act_symmetric=false`` quantizes activations asymmetrically, with a calibrated range
+    (``<op name>.input_min`` / ``.input_max``; the ``min_max`` observer). An activation read
     by several of the ops has one scale, named after the first. Ops already fake-quantized
     are left alone, so running the pass twice changes nothing.
 
@@ -86,6 +93,7 @@ class InsertFakeQuant(Pass):
     weight_bits: int = 8
     act_bits: int = 8
     channel_wise: bool = True
+    act_symmetric: bool = True
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         types = [t for t in self.ops.replace(",", ":").split(":") if t]
@@ -125,8 +133,12 @@ class InsertFakeQuant(Pass):
                         rewriter.set_operand(op, i, shared[key])
                     else:
                         role = "input" if weight is not None else "xy"[i]
-                        scale = self._activation_scale(rewriter, op, i, f"{name}.{SCALE_SUFFIX[role]}", ctx)
-                        shared[key] = self._fake_quantize(rewriter, op, i, scale, self.act_bits, None)
+                        scale_name = f"{name}.{SCALE_SUFFIX[role]}"
+                        if self.act_symmetric:
+                            scale = self._activation_scale(rewriter, op, i, scale_name, ctx)
+                            shared[key] = self._fake_quantize(rewriter, op, i, scale, self.act_bits, None)
+                        else:
+                            shared[key] = self._fake_quantize_asym(rewriter, op, i, scale_name)
                         stats["activations"] += 1
                     changed = True
             stats["ops"] += changed
@@ -146,6 +158,15 @@ class InsertFakeQuant(Pass):
         v = op.operands[index]
         fq = rewriter.insert_before(op, Op("fake_quantize", [v, scale], [v.type], {"bits": bits, "axis": axis},
                                            loc=op.loc))
+        rewriter.set_operand(op, index, fq.result)
+        return fq.result
+
+    def _fake_quantize_asym(self, rewriter: Rewriter, op: Op, index: int, scale_name: str) -> Value:
+        """``fake_quantize_asym`` with range parameters named like ``scale_name``, for calibration to set."""
+        v, base = op.operands[index], scale_name.removesuffix("_scale")
+        low, high = rewriter.param(f"{base}_min", np.float32(0.0)), rewriter.param(f"{base}_max", np.float32(1.0))
+        fq = rewriter.insert_before(op, Op("fake_quantize_asym", [v, low, high], [v.type],
+                                           {"bits": self.act_bits, "axis": None}, loc=op.loc))
         rewriter.set_operand(op, index, fq.result)
         return fq.result
 
@@ -177,6 +198,9 @@ class QuantAware(InsertFakeQuant):
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         if not 0 <= self.moving_rate < 1:
             raise ValueError(f"quant_aware: moving_rate must be in [0, 1), got {self.moving_rate}")
+        if not self.act_symmetric:
+            raise ValueError("quant_aware: activations train with symmetric moving-average scales; "
+                             "act_symmetric=false is for post-training quantization (insert_fake_quant)")
         outputs = jax.tree_util.tree_unflatten(program.out_tree, program.outputs)
         if ctx.training and not (isinstance(outputs, tuple) and len(outputs) == 2 and isinstance(outputs[1], dict)):
             raise ValueError(f"quant_aware: a training program returns (outputs, updates), as "
@@ -239,27 +263,35 @@ class ConvertInt8(Pass):
     doc). Only 8-bit activations run as int8; 4-bit weights of a linear with a float
     activation become packed ``weight_only_linear``. ``dce`` afterwards drops the float weights.
 
-    Statistics: ``int8`` ops and ``weight_only`` ops.
+    An asymmetric activation's zero point is folded into the layer's bias, which needs a
+    linear, or a convolution without padding; other layers it reads stay fake-quantized, in
+    float (statistic ``asym_float``).
+
+    Statistics: ``int8`` ops, ``weight_only`` ops and ``asym_float`` ops left.
     """
 
     name = "convert_int8"
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         rewriter = Rewriter(program)
-        stats = {"int8": 0, "weight_only": 0}
+        stats = {"int8": 0, "weight_only": 0, "asym_float": 0}
         quantized: dict[Op, Value] = {}  # fake_quantize op -> the int8 value, shared by its readers
         for op in [op for op in program.walk() if op.type in QUANTIZABLE]:
             x, w = op.operands[:2]
             y_fq = w.producer if _is_fake_quantized(w) else None
             w_fq = y_fq if y_fq is not None and is_stored_weight(program, y_fq) else None
             x_fq = x.producer if _is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
-            # int8 x int8: a stored 8-bit weight, or a matmul's second activation
-            if x_fq is not None and y_fq is not None and y_fq.attrs["bits"] == 8 and (w_fq or op.type == "matmul"):
+            if x_fq is not None and x_fq.type == "fake_quantize_asym" and not self._asym_convertible(program, op, w_fq):
+                stats["asym_float"] += 1
+                continue
+            # int8 x int8: a stored 8-bit weight, or a matmul's second (symmetric) activation
+            if x_fq is not None and y_fq is not None and y_fq.attrs["bits"] == 8 and \
+                    (w_fq or op.type == "matmul" and y_fq.type == "fake_quantize"):
                 self._int8(rewriter, op, x_fq, y_fq, w_fq is not None, quantized)
                 stats["int8"] += 1
             elif w_fq is not None and not _is_fake_quantized(x) and self._weight_only(rewriter, op, w_fq):
                 stats["weight_only"] += 1
-        for op in [op for op in program.walk() if op.type == "fake_quantize" and not op.result.uses]:
+        for op in [op for op in program.walk() if op.type in FAKE_QUANT and not op.result.uses]:
             rewriter.erase_op(op)
         return PassResult(rewriter.changed, stats)
 
@@ -275,6 +307,8 @@ class ConvertInt8(Pass):
         else:  # a matmul of two activations
             w_q, w_scale = self._quantize(rewriter, w_fq, quantized), w_fq.operands[1]
         x_scale, rest = x_fq.operands[1], op.operands[2:]
+        if x_fq.type == "fake_quantize_asym":
+            x_scale, rest = self._asym_terms(rewriter, op, x_fq, q, scale, quantized)
         if op.type in ("conv2d", "depthwise_conv2d"):
             attrs = {k: v for k, v in op.attrs.items() if k != "kernel"}
             attrs.setdefault("groups", op.operands[0].type.shape[1 if attrs["data_format"] == "NCHW" else 3])
@@ -290,11 +324,48 @@ class ConvertInt8(Pass):
     def _quantize(rewriter: Rewriter, fq: Op, quantized: dict) -> Value:
         """The int8 value of ``fq``'s input, made once, right after ``fq``."""
         if fq not in quantized:
-            x, scale = fq.operands
+            x = fq.operands[0]
             int8 = TensorType(x.type.shape, "int8")
-            quantized[fq] = rewriter.insert_after(fq, Op("quantize", [x, scale], [int8], dict(fq.attrs),
-                                                         loc=fq.loc)).result
+            new = Op("quantize", fq.operands, [int8], dict(fq.attrs), loc=fq.loc) if fq.type == "fake_quantize" \
+                else Op("quantize_asym", fq.operands, [int8], {"bits": fq.attrs["bits"]}, loc=fq.loc)
+            quantized[fq] = rewriter.insert_after(fq, new).result
         return quantized[fq]
+
+    @staticmethod
+    def _asym_convertible(program: Program, op: Op, w_fq: Op | None) -> bool:
+        """Whether an asymmetric activation's zero point folds into ``op``'s bias: a stored
+        weight, range and bias (or none), and no padding, whose zeros are not the zero point."""
+        x_fq = op.operands[0].producer
+        if w_fq is None or any(stored_array(program, v) is None for v in x_fq.operands[1:]) \
+                or len(op.operands) > 2 and stored_array(program, op.operands[2]) is None:
+            return False
+        if op.type == "linear":
+            return True
+        if op.type not in ("conv2d", "depthwise_conv2d"):
+            return False
+        x, w = (v.type.shape for v in op.operands[:2])
+        hw = [n for i, n in enumerate(x) if i not in (0, channel_axis(op.attrs["data_format"], 4))]
+        pads, _ = paddle_padding(op.attrs["padding"], hw, w[2:], op.attrs["stride"], op.attrs["dilation"])
+        return all(p == 0 for pair in pads for p in pair)
+
+    @staticmethod
+    def _asym_terms(rewriter: Rewriter, op: Op, x_fq: Op, w_q: np.ndarray, w_scale: np.ndarray,
+                    quantized: dict) -> tuple[Value, list[Value]]:
+        """The activation scale and bias that fold an asymmetric activation into a symmetric
+        int8 kernel: the kernel sees ``v = q - 128`` whose zero is ``zero_point - 128``, so
+        ``x_scale = 127 * step`` and the bias loses ``step * w_scale / 127 * (zero_point - 128)
+        * (sum of the weight's int8 values per output channel)``."""
+        program = rewriter.program
+        step, zero_point = (np.asarray(v, np.float32) for v in
+                            asym_grid(*(stored_array(program, v) for v in x_fq.operands[1:]), x_fq.attrs["bits"]))
+        if (x_fq, "scale") not in quantized:
+            base = param_name(x_fq.operands[1]).removesuffix("_min")
+            quantized[x_fq, "scale"] = rewriter.param(f"{base}_scale", qmax(8) * step)
+        sums = w_q.astype(np.int64).sum(axis=0 if op.type == "linear" else (1, 2, 3))
+        shift = (step * w_scale / qmax(8) * (zero_point - 2 ** (x_fq.attrs["bits"] - 1)) * sums).astype(np.float32)
+        bias = stored_array(program, op.operands[2]) if len(op.operands) > 2 else np.zeros_like(shift)
+        name = param_name(op.operands[1].producer.operands[0])
+        return quantized[x_fq, "scale"], [rewriter.param(f"{name}.zero_point_bias", bias - shift)]
 
     @staticmethod
     def _weight_only(rewriter: Rewriter, op: Op, w_fq: Op) -> bool:

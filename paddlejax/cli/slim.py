@@ -23,6 +23,8 @@ def add_arguments(p) -> None:
     q.add_argument("--ops", default="conv2d:depthwise_conv2d:linear:matmul", help="op types to quantize")
     q.add_argument("--skip", default="", help="regular expression: weights whose names match stay float")
     q.add_argument("--weight-bits", type=int, default=8, choices=(8, 4))
+    q.add_argument("--asymmetric", action="store_true",
+                   help="quantize activations asymmetrically, with a zero point (needs --algo min_max)")
     q.add_argument("--bias-correction", action="store_true",
                    help="add each layer's mean output shift from its int8 weights to its bias")
     q.add_argument("-o", "--output", required=True, help="where to save the int8 program")
@@ -54,7 +56,7 @@ def main(args) -> int:
     program = load(args.path)
     batches = _calibration_batches(args.calib, args.batch_size, program)
     int8 = quant_post(program, batches, algo=args.algo, ops=args.ops, skip=args.skip, weight_bits=args.weight_bits,
-                      bias_correction=args.bias_correction)
+                      act_symmetric=not args.asymmetric, bias_correction=args.bias_correction)
     save(int8, args.output)
     errors = layer_errors(program, int8, batches[0])
     print(f"{program.name}: {len(errors)} layers quantized ({args.algo}, {sum(len(b) for b in batches)} "

@@ -139,19 +139,53 @@ def _fake_quantize_asym(x, min_value, max_value, *, bits, axis):
     [-0.4, 0.2, 1.0, 2.0]
     """
     op = "fake_quantize_asym"
-    low = jnp.minimum(lax.stop_gradient(_scale_along(op, "min", min_value, x.shape, axis)), 0)
-    high = jnp.maximum(lax.stop_gradient(_scale_along(op, "max", max_value, x.shape, axis)), 0)
+    low = lax.stop_gradient(_scale_along(op, "min", min_value, x.shape, axis))
+    high = lax.stop_gradient(_scale_along(op, "max", max_value, x.shape, axis))
     frozen = lax.stop_gradient(x)
     dtype = jnp.result_type(x, low, high)
-    levels = 2 ** bits - 1
-    step = ((high - low) * (1 / levels)).astype(dtype)
-    nonempty = step > 0
-    inverse_step = 1 / jnp.where(nonempty, step, 1)
-    zero_point = jnp.clip(jnp.round(-low * inverse_step), 0, levels)
-    q = jnp.clip(jnp.round(frozen.astype(dtype) * inverse_step) + zero_point, 0, levels)
-    out = jnp.where(nonempty, (q - zero_point) * step, 0).astype(x.dtype)
-    inside = (frozen >= low) & (frozen <= high)
+    step, zero_point, q = _asym_quantize(frozen.astype(dtype), low.astype(dtype), high.astype(dtype), bits)
+    out = jnp.where(step > 0, (q - zero_point) * step, 0).astype(x.dtype)
+    inside = (frozen >= jnp.minimum(low, 0)) & (frozen <= jnp.maximum(high, 0))
     return out + jnp.where(inside, x - frozen, jnp.zeros((), x.dtype))
+
+
+def asym_grid(low, high, bits: int = 8):
+    """``(step, zero_point)`` of asymmetric ``bits``-bit quantization of the range ``[low,
+    high]`` widened to include 0 (see :func:`fake_quantize_asym`); a step of 0 for an empty
+    range.
+
+    >>> import jax.numpy as jnp
+    >>> [round(float(v), 4) for v in asym_grid(jnp.float32(-1.0), jnp.float32(2.0), bits=4)]
+    [0.2, 5.0]
+    """
+    levels = 2 ** bits - 1
+    low, high = jnp.minimum(low, 0), jnp.maximum(high, 0)
+    step = (high - low) * (1 / levels)
+    zero_point = jnp.clip(jnp.round(-low / jnp.where(step > 0, step, 1)), 0, levels)
+    return step, zero_point
+
+
+def _asym_quantize(x, low, high, bits: int):
+    """``(step, zero_point, q)`` of asymmetric quantization, ``q`` unsigned in
+    ``[0, 2**bits - 1]`` as floats."""
+    step, zero_point = asym_grid(low, high, bits)
+    inverse_step = 1 / jnp.where(step > 0, step, 1)
+    return step, zero_point, jnp.clip(jnp.round(x * inverse_step) + zero_point, 0, 2 ** bits - 1)
+
+
+def _quantize_asym(x, min_value, max_value, *, bits):
+    """Asymmetric quantization of an activation (per tensor) for the int8 kernels: the unsigned
+    values ``q`` of :func:`fake_quantize_asym`, shifted by ``2**(bits - 1)`` to fit int8. The
+    int8 value ``v`` stands for ``(v - (zero_point - 2**(bits - 1))) * step``; conversion folds
+    the zero point into the layer's bias (``convert_int8``).
+
+    >>> import jax.numpy as jnp
+    >>> quantize_asym(jnp.array([-1.0, 0.0, 2.0]), jnp.float32(-1.0), jnp.float32(2.0)).tolist()  # zero point 85
+    [-128, -43, 127]
+    """
+    dtype = jnp.result_type(x, min_value, max_value)
+    _, _, q = _asym_quantize(x.astype(dtype), min_value.astype(dtype), max_value.astype(dtype), bits)
+    return (q - 2 ** (bits - 1)).astype(jnp.int8)
 
 
 def _abs_max(x, *, axis):
@@ -445,6 +479,10 @@ moving_average_abs_max = define(
     inputs=[Input("x", dtype="float"), Input("scale", rank=0, dtype="float"), Input("state", rank=0, dtype="float")],
     attrs={"rate": Attr("float", 0.9, doc="weight of the past in the moving average")},
     outputs=("scale", "state"), flops=elementwise_flops)
+quantize_asym = define("quantize_asym", _quantize_asym,
+                       inputs=[Input("x", dtype="float"), Input("min", rank=0, dtype="float"),
+                               Input("max", rank=0, dtype="float")],
+                       attrs={"bits": _bits_attr()}, flops=elementwise_flops)
 quantize = define("quantize", _quantize,
                   inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
                   attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)

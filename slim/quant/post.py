@@ -27,20 +27,19 @@ import jax
 import numpy as np
 
 from paddlejax.io import load
-from paddlejax.ir.core import Program
+from paddlejax.ir.core import Op, Program
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes import run as run_passes
-from paddlejax.passes.quant import InsertFakeQuant
+from paddlejax.passes.quant import FAKE_QUANT, InsertFakeQuant, param_name
 from paddlejax.slim.quant.aware import convert
 from paddlejax.slim.quant.observers import make_observer
 
 
-def activation_scales(program: Program) -> dict[str, object]:
-    """The scale parameter's name -> its ``fake_quantize`` op, for every fake-quantized
-    activation (an input that is not a parameter) of ``program``."""
-    return {op.operands[1].producer.attrs["name"]: op for op in program.walk()
-            if op.type == "fake_quantize" and (op.operands[0].producer is None
-                                               or op.operands[0].producer.type != "param")}
+def activation_scales(program: Program) -> dict[str, Op]:
+    """The scale parameter's name (the minimum's for an asymmetric range) -> its fake-quant
+    op, for every fake-quantized activation (an input that is not a parameter) of ``program``."""
+    return {param_name(op.operands[1]): op for op in program.walk()
+            if op.type in FAKE_QUANT and param_name(op.operands[0]) is None}
 
 
 def _float_probe(program: Program) -> tuple[Program, list[str]]:
@@ -50,7 +49,7 @@ def _float_probe(program: Program) -> tuple[Program, list[str]]:
     scales = activation_scales(probe)
     rewriter = Rewriter(probe)
     taps = {name: op.operands[0] for name, op in scales.items()}
-    for op in [op for op in probe.walk() if op.type == "fake_quantize"]:
+    for op in [op for op in probe.walk() if op.type in FAKE_QUANT]:
         rewriter.replace_op(op, [op.operands[0]])
     probe.set_outputs(taps)
     return probe, list(taps)
@@ -81,7 +80,8 @@ def calibrate(program: Program, calib_data: Iterable, algo: str = "hist", *, pro
               **observer_options) -> dict[str, np.ndarray]:
     """Set the activation scales of a fake-quantized ``program`` (in place) from
     ``calib_data``, an iterable of input batches (arrays, or tuples for several inputs),
-    observed by ``algo`` (see :func:`paddlejax.slim.quant.make_observer`); returns the scales.
+    observed by ``algo`` (see :func:`paddlejax.slim.quant.make_observer`); returns the scales
+    (a ``(min, max)`` pair for an asymmetric activation, which needs ``algo="min_max"``).
 
     The observers see the float program's activations: the fake-quant ops are left out while
     calibrating, as in PaddleSlim.
@@ -91,9 +91,16 @@ def calibrate(program: Program, calib_data: Iterable, algo: str = "hist", *, pro
     for values in probe_batches(program, calib_data, "calibrate", progress):
         for name, value in values.items():
             observers.setdefault(name, make_observer(algo, **observer_options)).observe(np.asarray(value))
-    scales = {name: observer.scale() for name, observer in observers.items()}
-    for name, scale in scales.items():
-        program.params[name] = jax.numpy.asarray(scale, jax.numpy.float32)
+    fake_quant, scales = activation_scales(program), {}
+    for name, observer in observers.items():
+        op = fake_quant[name]
+        if op.type == "fake_quantize":
+            scales[name] = observer.scale()
+            program.params[name] = jax.numpy.asarray(scales[name], jax.numpy.float32)
+        else:
+            scales[name] = observer.range()
+            for bound, value in zip(op.operands[1:], scales[name]):
+                program.params[param_name(bound)] = jax.numpy.asarray(value, jax.numpy.float32)
     return scales
 
 
@@ -107,11 +114,13 @@ def _progress(data, show: bool, desc: str):
 
 def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterable, algo: str = "hist", *,
                ops: str = "conv2d:depthwise_conv2d:linear:matmul", skip: str = "", weight_bits: int = 8,
-               channel_wise: bool = True, bias_correction: bool = False, progress: bool = True,
+               channel_wise: bool = True, act_symmetric: bool = True, bias_correction: bool = False,
+               progress: bool = True,
                output: str | os.PathLike | None = None, **observer_options) -> Program:
     """The int8 version of a program (or the path of a saved one), calibrated on
     ``calib_data`` with ``algo``; saved to ``output`` when given. ``ops`` and ``skip`` choose
     the ops as for ``insert_fake_quant`` (a regular expression on the weight's name);
+    ``act_symmetric=False`` quantizes activations asymmetrically (with ``algo="min_max"``);
     ``bias_correction`` adds each layer's mean output shift from int8 weights, measured on
     ``calib_data`` (which is then read twice), to its bias (:mod:`paddlejax.slim.quant.bias`).
     See the module doc for the steps.
@@ -119,8 +128,11 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
     from paddlejax.io import save
 
     source = program_or_path if isinstance(program_or_path, Program) else load(program_or_path)
+    if not act_symmetric and algo != "min_max":
+        raise ValueError(f"quant_post: asymmetric activations are calibrated by their range: algo='min_max', "
+                         f"not {algo!r}")
     fake = run_passes(source, [InsertFakeQuant(ops=ops, skip=skip, weight_bits=weight_bits, act_bits=8,
-                                               channel_wise=channel_wise)])
+                                               channel_wise=channel_wise, act_symmetric=act_symmetric)])
     if not activation_scales(fake):
         raise ValueError(f"quant_post: nothing to quantize in {source.name}: no {ops.replace(':', ', ')} op "
                          f"with a parameter weight" + (f" outside skip={skip!r}" if skip else ""))

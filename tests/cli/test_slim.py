@@ -56,3 +56,14 @@ def test_bad_calibration_files_are_refused(mlp, capsys):
         assert main(args) == 2
         assert message in capsys.readouterr().err
     assert not (tmp / "out.json").exists()
+
+
+def test_asymmetric_activations_from_the_command_line(mlp, capsys):
+    prog, tmp = mlp
+    args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / "calib.npy"), "--algo", "min_max",
+            "--asymmetric", "-o", str(tmp / "asym")]
+    assert main(args) == 0
+    int8 = pj.load(tmp / "asym")
+    assert [op.type for op in int8.walk() if op.type.startswith("quantize")] == ["quantize_asym", "quantized_linear"] * 2
+    x = np.load(tmp / "calib.npy")[:5]
+    assert np.abs(np.asarray(int8(x)) - np.asarray(prog(x))).max() < 0.05 * np.abs(np.asarray(prog(x))).max()

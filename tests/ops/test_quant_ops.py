@@ -10,9 +10,9 @@ from safetensors import safe_open
 
 import paddlejax as pj
 import paddlejax.ops as ops
-from paddlejax.ops.quant import (abs_max, dequantize, fake_quantize, fake_quantize_asym, moving_average_abs_max,
-                                 pack_int4, qmax, quantize, quantized_conv2d, quantized_linear, quantized_matmul,
-                                 unpack_int4, weight_only_linear)
+from paddlejax.ops.quant import (abs_max, asym_grid, dequantize, fake_quantize, fake_quantize_asym,
+                                 moving_average_abs_max, pack_int4, qmax, quantize, quantize_asym, quantized_conv2d,
+                                 quantized_linear, quantized_matmul, unpack_int4, weight_only_linear)
 
 rng = np.random.default_rng(0)
 
@@ -125,6 +125,18 @@ def test_fake_quantize_asym_range_includes_zero_and_gradient_is_straight_through
     grad = jax.grad(lambda t: fake_quantize_asym(t, f32(1.0), f32(3.0)).sum())(x)
     assert grad.tolist() == [0, 1, 1, 1, 0]
     assert fake_quantize_asym(x, f32(0.0), f32(0.0)).tolist() == [0.0] * 5  # empty range
+
+
+def test_quantize_asym_is_fake_quantize_asym_shifted_into_int8():
+    x = rand(64) * 3 + 1
+    low, high = f32(-0.5), f32(4.0)
+    v = quantize_asym(x, low, high)
+    step, zero_point = asym_grid(low, high)
+    assert v.dtype == jnp.int8 and int(v.min()) == -128 and int(v.max()) == 127  # clipped at both ends
+    np.testing.assert_allclose((v.astype(np.float32) - (zero_point - 128)) * step, fake_quantize_asym(x, low, high),
+                               rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="quantize_asym: input 'min' expects rank 0"):
+        quantize_asym(x, f32([0.0, 1.0]), high)
 
 
 def test_quantized_linear_accumulates_exactly_in_int32():

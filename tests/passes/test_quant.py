@@ -196,3 +196,49 @@ def test_an_activation_read_by_several_ops_has_one_scale_and_one_quantize():
     assert [op.type for op in int8.walk() if op.type not in ("param", "lax.mul", "return")] == [
         "quantize", "quantized_linear", "quantized_linear"]
     np.testing.assert_allclose(int8(x), fake(x), rtol=1e-5, atol=1e-5)
+
+
+def asym_program():
+    """conv (unpadded) -> relu -> conv (padded) -> linear."""
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
+    params = {"c1.w": f(4, 3, 3, 3), "c1.b": f(4), "c2.w": f(4, 4, 3, 3), "fc.w": f(16, 5)}
+
+    def net(p, x):
+        h = pj.ops.relu(pj.ops.conv2d(x, p["c1.w"], p["c1.b"]))
+        h = pj.ops.conv2d(h, p["c2.w"], padding=1, stride=2)
+        return pj.ops.linear(pj.ops.reshape(h, shape=(0, -1)), p["fc.w"])
+
+    return pj.trace(net, pj.InputSpec((None, 3, 6, 6)), params=params)
+
+
+def test_asymmetric_activations_fold_their_zero_points_into_the_biases():
+    prog = asym_program()
+    x = np.random.default_rng(1).normal(size=(8, 3, 6, 6)).astype(np.float32) + 0.5
+    fake = pj.passes.run(prog, "insert_fake_quant{act_symmetric=false}")
+    assert sorted(k for k in fake.params if k.endswith(("_min", "_max"))) == [
+        "c1.w.input_max", "c1.w.input_min", "c2.w.input_max", "c2.w.input_min", "fc.w.input_max", "fc.w.input_min"]
+    ranges = pj.slim.calibrate(fake, [x], "min_max", progress=False)
+    assert ranges["c1.w.input_min"] == (float(x.min()), float(x.max()))
+    assert ranges["c2.w.input_min"][0] == 0  # after a relu
+    manager = pj.passes.PassManager("convert_int8,dce")
+    int8 = manager.run(fake)
+    assert manager.records[0].stats == {"int8": 2, "weight_only": 0, "asym_float": 1}
+    # the padded convolution reads zeros that are not the zero point: it stays fake-quantized
+    assert [op.type for op in int8.walk() if op.type not in ("param", "relu", "reshape", "return")] == [
+        "quantize_asym", "quantized_conv2d", "fake_quantize", "fake_quantize_asym", "conv2d", "quantize_asym",
+        "quantized_linear"]
+    assert "fc.w.zero_point_bias" in int8.used_params() and "c1.b" not in int8.used_params()
+    out = np.asarray(int8(x))
+    np.testing.assert_allclose(out, fake(x), rtol=1e-5, atol=1e-5 * np.abs(out).max())
+
+
+def test_asymmetric_activations_need_the_min_max_observer_and_post_training():
+    prog = asym_program()
+    with pytest.raises(ValueError, match="asymmetric activations are calibrated by their range: algo='min_max'"):
+        pj.slim.quant_post(prog, [np.ones((2, 3, 6, 6), np.float32)], act_symmetric=False, progress=False)
+    with pytest.raises(pj.passes.PassError, match="act_symmetric=false is for post-training quantization"):
+        pj.passes.run(prog, "quant_aware{act_symmetric=false}")
+    int8 = pj.slim.quant_post(prog, [np.ones((2, 3, 6, 6), np.float32)], algo="min_max", act_symmetric=False,
+                              progress=False)
+    assert sum(op.type == "quantize_asym" for op in int8.walk()) == 2
