@@ -67,17 +67,19 @@ def correct_bias(program: Program, calib_data: Iterable, *, progress: bool = Tru
     without one gets a ``<weight>.bias_correction`` bias) the mean output shift of its
     quantized weight on ``calib_data``; returns the shifts by weight name."""
     targets = _targets(program)
-    sums, count = {}, 0
+    sums, counts = {}, {}
     for values in probe_batches(program, calib_data, "correct_bias", progress):
-        for name in targets:
+        for name, op in targets.items():
             x = np.asarray(values[name], np.float64)
+            if op.type == "linear":  # each row of a [..., in] input is a sample: sequence lengths may differ
+                x = x.reshape(-1, x.shape[-1])
             sums[name] = sums.get(name, 0) + x.sum(axis=0)
-        count += len(next(iter(values.values())))
+            counts[name] = counts.get(name, 0) + len(x)
     rewriter = Rewriter(program)
     shifts = {}
     for name, op in targets.items():
         weight = param_name(op.operands[1].producer.operands[0])
-        shift = _output_shift(program, op, sums[name] / count).astype(np.float32)
+        shift = _output_shift(program, op, sums[name] / counts[name]).astype(np.float32)
         shifts[weight] = shift
         if len(op.operands) > 2:
             bias = param_name(op.operands[2])

@@ -31,6 +31,20 @@ def test_corrected_layer_has_the_float_layers_mean_output(bias):
     assert shifts["w"].shape == (6,)
 
 
+def test_sequences_of_different_lengths_average_over_every_token():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 4)).astype(np.float32)
+    prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), pj.InputSpec((None, "t", 8)), params={"w": w})
+    data = [rng.normal(0.5, 1.0, size=(2, t, 8)).astype(np.float32) for t in (3, 5)]
+    fake = pj.passes.run(prog, "insert_fake_quant{weight_bits=4}")
+    pj.slim.calibrate(fake, data, "abs_max", progress=False)
+    shifts = correct_bias(fake, data, progress=False)
+    tokens = np.concatenate([x.reshape(-1, 8) for x in data])  # 16 tokens, each one sample
+    approx = pj.ops.dequantize(pj.ops.quantize(w, fake.params["w.quant_scale"], axis=1, bits=4),
+                               fake.params["w.quant_scale"], axis=1, bits=4)
+    np.testing.assert_allclose(shifts["w"], tokens.mean(0) @ (w - np.asarray(approx)), rtol=1e-5, atol=1e-7)
+
+
 def test_digits_cnn_closer_to_float_with_bias_correction(digits):
     fp32 = np.asarray(digits.program(digits.x_test))
     error = {}
