@@ -32,7 +32,7 @@ def _varying_axes(x) -> frozenset:
     return _aval_varying(jax.typeof(x))
 
 
-def _match_varying(args):
+def match_varying(args):
     """Inside ``shard_map``, bring all inputs to the same set of varying mesh axes.
 
     Lax ops do the same before binding; without it a replicated weight meeting a sharded
@@ -107,7 +107,7 @@ def make_primitive(name: str, kernel, multiple_results: bool = False):
     batching.primitive_batchers[prim] = batch
 
     def bind(*args, **params):
-        out = prim.bind(*_match_varying(args), **params)
+        out = prim.bind(*match_varying(args), **params)
         return tuple(out) if multiple_results else out  # eager and traced calls agree
 
     bind.primitive = prim

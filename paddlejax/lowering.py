@@ -135,7 +135,7 @@ def lower_op(op: Op, args: list, ctx) -> list:
         prim = adapter.lax_primitive(op.type[4:])
         if prim is None:
             raise ValueError(f"unknown JAX primitive '{op.type[4:]}' (op {op.type})")
-        out = prim.bind(*args, **attrs)
+        out = prim.bind(*adapter.match_varying(args), **attrs)
         return list(out) if prim.multiple_results else [out]
     opdef = registry.get(op.type)
     out = _kernel(op, opdef)(*args, **attrs)

@@ -23,3 +23,4 @@ from paddlejax.passes.quant import ConvertInt8, InsertFakeQuant, QuantAware  # n
 from paddlejax.passes.memory import InplaceReuse, Remat, compare_with_xla, liveness, plan_inplace  # noqa: F401
 from paddlejax.passes.autotune import Autotune, AutotuneCacheWarning, Decision, TuneCache  # noqa: F401
 from paddlejax.passes.attention import FuseAttention  # noqa: F401
+from paddlejax.passes.pipeline import PipelineSplit, Stage, balanced_partition, split_stages  # noqa: F401

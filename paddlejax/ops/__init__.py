@@ -18,6 +18,7 @@ from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_ma
                                 elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
 from paddlejax.ops.norm import batch_norm, group_norm, layer_norm  # noqa: F401
 from paddlejax.ops.pool import adaptive_pool2d, pool2d  # noqa: F401
+from paddlejax.ops.pipeline import pipeline_stage  # noqa: F401
 from paddlejax.ops.quant import (abs_max, dequantize, fake_quantize, fake_quantize_asym,  # noqa: F401
                                  moving_average_abs_max, quantize, quantize_asym, quantized_conv2d, quantized_linear,
                                  quantized_matmul, weight_only_linear)

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax import lax
+from jax.sharding import PartitionSpec as P
 
 from paddlejax import ops
 from paddlejax.capture import InputSpec
@@ -86,6 +88,11 @@ class Trainer:
             training and inference programs, before ``amp``; state the passes add (e.g.
             quantization scales) is trained and checkpointed with the model's, and
             :meth:`inference_program` keeps it.
+        strategy: a :class:`paddlejax.distributed.Strategy` (or an optimizer from
+            ``fleet.distributed_optimizer``, which carries one): the step runs data parallel over
+            every device (the batch split over them, gradients averaged; ZeRO sharding, fused or
+            hierarchical all-reduce, gradient merge, amp and recompute as the strategy says); loss
+            and metrics are those of the whole batch. Evaluation and prediction run replicated.
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
@@ -94,7 +101,13 @@ class Trainer:
                  callbacks: Sequence[Callback] = (), log_dir: str | None = None, log_every: int = 10,
                  progress: bool = True, checkpoint_dir: str | None = None, checkpoint_every: int = 100,
                  keep_checkpoints: int = 3, resume: bool = True, check_nan_inf: bool = False,
-                 passes: str | Sequence = ()):
+                 passes: str | Sequence = (), strategy=None):
+        strategy = strategy if strategy is not None else getattr(optimizer, "strategy", None)
+        optimizer = getattr(optimizer, "inner", optimizer)
+        if strategy is not None:
+            amp, accumulate, merge_avg = self._from_strategy(strategy, amp, accumulate)
+        else:
+            merge_avg = True
         if amp is not None and amp not in AMP_DTYPES:
             raise ValueError(f"Trainer: amp expects one of {sorted(AMP_DTYPES)} or None, got {amp!r}")
         if accumulate < 1:
@@ -107,7 +120,15 @@ class Trainer:
         self.metrics = [metrics_lib.get(m) for m in metrics]
         self.amp = AMP_DTYPES.get(amp) if amp else None
         self.passes = self._passes(passes)
-        self.tx = self._optimizer(optimizer or optax.sgd(0.01), grad_clip, weight_decay, accumulate)
+        self.strategy = strategy
+        self.dp = None
+        clip = optax.clip_by_global_norm
+        if strategy is not None:
+            from paddlejax.distributed import DataParallel
+
+            self.dp = DataParallel(strategy)
+            clip = self.dp.clip_by_global_norm
+        self.tx = self._optimizer(optimizer or optax.sgd(0.01), grad_clip, weight_decay, accumulate, merge_avg, clip)
         self.ema_decay = ema
         self.callbacks = list(callbacks)
         self.history = History()
@@ -130,14 +151,30 @@ class Trainer:
 
     # -- construction ------------------------------------------------------------------------
     @staticmethod
-    def _optimizer(tx, grad_clip, weight_decay, accumulate):
+    def _from_strategy(strategy, amp, accumulate):
+        """(amp, accumulate, avg) merged from the Trainer's arguments and ``strategy``."""
+        if strategy.pp_size > 1:
+            raise ValueError("Trainer: strategy asks for pipeline parallelism (pp_degree / pipeline.stages > 1); "
+                             "the Trainer runs data parallel only -- use paddlejax.distributed.pipeline")
+        if amp is not None and strategy.amp is not None and AMP_DTYPES.get(amp) != AMP_DTYPES[strategy.amp]:
+            raise ValueError(f"Trainer: amp={amp!r} contradicts strategy.amp={strategy.amp!r}")
+        merge = strategy.gradient_merge
+        if accumulate > 1 and merge.k_steps > 1 and accumulate != merge.k_steps:
+            raise ValueError(f"Trainer: accumulate={accumulate} contradicts strategy.gradient_merge.k_steps="
+                             f"{merge.k_steps}")
+        return amp or strategy.amp, max(accumulate, merge.k_steps), merge.avg
+
+    @staticmethod
+    def _optimizer(tx, grad_clip, weight_decay, accumulate, avg=True, clip=optax.clip_by_global_norm):
+        from paddlejax.distributed.data_parallel import merge_gradients
+
         chain = []
         if grad_clip is not None:
-            chain.append(optax.clip_by_global_norm(grad_clip))
+            chain.append(clip(grad_clip))
         if weight_decay:
             chain.append(optax.add_decayed_weights(weight_decay))
         tx = optax.chain(*chain, tx) if chain else tx
-        return optax.MultiSteps(tx, every_k_schedule=accumulate) if accumulate > 1 else tx
+        return merge_gradients(tx, accumulate, avg)
 
     @staticmethod
     def _passes(passes) -> list:
@@ -158,11 +195,13 @@ class Trainer:
         values = {**self.train_program.params, **self.model_state.values}
         params = {n: values[n] for n in sorted(self.model_state.trainable)}
         scale = LossScale.dynamic() if self.amp == "float16" else LossScale.none()
+        placed = self.dp.init(params, self.tx) if self.dp is not None else {"params": params,
+                                                                             "opt": self.tx.init(params)}
         self.state = {
-            "params": params,
+            "params": placed["params"],
             "extra": {n: v for n, v in values.items() if n not in params},
-            "opt": self.tx.init(params),
-            "ema": dict(params) if self.ema_decay else {},
+            "opt": placed["opt"],
+            "ema": jax.tree.map(lambda p: p, placed["params"]) if self.ema_decay else {},
             "loss_scale": scale,
             "step": jnp.int32(0),
         }
@@ -200,22 +239,62 @@ class Trainer:
             sums.update({f"{m.name}.{k}": v for k, v in m.update(outputs, labels).items()})
         return sums
 
-    def _step(self, state, sums, inputs, labels):
-        scale = state["loss_scale"]
+    def _gradients(self, params, extra, scale, inputs, labels):
+        """Gradients of the (scaled) loss, and (loss, outputs, state updates)."""
+        apply = self.train_program.apply
+        if self.strategy is not None and self.strategy.recompute:
+            apply = jax.checkpoint(apply)
 
         def objective(params):
-            outputs, updates = self.train_program.apply({**params, **state["extra"]}, *inputs)
+            outputs, updates = apply({**params, **extra}, *inputs)
             loss = self.loss_fn(outputs, labels).astype(jnp.float32)
             return loss * scale.scale, (loss, outputs, updates)
 
-        grads, (loss, outputs, updates) = jax.grad(objective, has_aux=True)(state["params"])
+        return jax.grad(objective, has_aux=True)(params)
+
+    def _step(self, state, sums, inputs, labels):
+        if self.dp is not None:
+            return self._commit(state, sums, *self._data_parallel_update(state, inputs, labels))
+        scale = state["loss_scale"]
+        grads, (loss, outputs, updates) = self._gradients(state["params"], state["extra"], scale, inputs, labels)
         grads = scale.unscale(grads)
         finite = all_finite(grads) & jnp.isfinite(loss)
-        new_scale, apply = scale.adjust(finite)
         deltas, opt = self.tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], deltas)
+        return self._commit(state, sums, params, opt, updates, loss, self._batch_sums(outputs, labels, loss), finite)
+
+    def _data_parallel_update(self, state, inputs, labels):
+        """The step's per-device part under ``shard_map``: local gradients, averaged; the update
+        (of this device's ZeRO slice); loss, state updates and metric sums of the whole batch."""
+        dp = self.dp
+        mean = lambda v: lax.psum(v, dp.axes) / dp.size  # noqa: E731
+
+        def per_device(params, extra, scale, opt, inputs, labels):
+            grads, (loss, outputs, updates) = self._gradients(dp.local_params(params), extra, scale, inputs, labels)
+            grads = scale.unscale(dp.reduce_gradients(grads))
+            sums = jax.tree.map(lambda v: lax.psum(v, dp.axes), self._batch_sums(outputs, labels, loss))
+            # batch-norm statistics differ per device: keep their mean (keys and counters agree already)
+            updates = {n: mean(v) if jax.typeof(v).vma and jnp.issubdtype(v.dtype, jnp.floating) else v
+                       for n, v in updates.items()}
+            loss = mean(loss)
+            finite = dp.all_finite(grads) & jnp.isfinite(loss)
+            params, opt = dp.update(grads, params, opt, self.tx)
+            return params, opt, updates, loss, sums, finite
+
+        specs = dp.specs(state)
+        out = dp.update_specs(state)
+        sharded = jax.shard_map(per_device, mesh=dp.mesh,
+                                in_specs=(specs["params"], P(), P(), specs["opt"], dp.batch_spec, dp.batch_spec),
+                                out_specs=(out["params"], out["opt"], P(), P(), P(), P()))
+        params, opt, updates, loss, batch, finite = sharded(state["params"], state["extra"], state["loss_scale"],
+                                                           state["opt"], inputs, labels)
+        return dp.gather(params), opt, updates, loss, batch, finite
+
+    def _commit(self, state, sums, params, opt, updates, loss, batch, finite):
+        """The new state after an update (a non-finite fp16 step keeps all but the loss scale)."""
+        new_scale, apply = state["loss_scale"].adjust(finite)
         extra = {**state["extra"], **updates}
-        if scale.is_dynamic:  # a skipped step keeps everything but the scale
+        if state["loss_scale"].is_dynamic:  # a skipped step keeps everything but the scale
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
             params, opt, extra = keep(params, state["params"]), keep(opt, state["opt"]), keep(extra, state["extra"])
         ema = state["ema"]
@@ -225,12 +304,15 @@ class Trainer:
             ema = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema, params)
         new_state = {"params": params, "extra": extra, "opt": opt, "ema": ema, "loss_scale": new_scale,
                      "step": state["step"] + 1}
-        batch = self._batch_sums(outputs, labels, loss)
         return new_state, jax.tree.map(jnp.add, sums, batch), loss, finite
+
+    def _params(self, params) -> dict:
+        """Parameters as a dict (ZeRO-3 keeps them as a sharded flat vector)."""
+        return self.dp.full_params(params) if self.dp is not None else params
 
     def _weights(self, state) -> dict:
         params = state["ema"] if self.ema_decay else state["params"]
-        return {**params, **state["extra"]}
+        return {**self._params(params), **state["extra"]}
 
     def _evaluate_batch(self, state, sums, inputs, labels):
         outputs = self.eval_program.apply(self._weights(state), *inputs)
@@ -256,6 +338,8 @@ class Trainer:
 
     def _run_step(self, sums, inputs, labels):
         before = self.state
+        if self.dp is not None:
+            inputs, labels = self.dp.shard_batch((inputs, labels))
         state, sums, loss, finite = self._train_step(self.state, sums, inputs, labels)
         if self.check and not bool(finite):
             self._report_nonfinite(before, inputs, labels)
@@ -264,14 +348,15 @@ class Trainer:
     def _report_nonfinite(self, state, inputs, labels):
         from paddlejax.nancheck import NonFiniteError, check_nan_inf
 
-        values = {**state["params"], **state["extra"]}
+        params = self._params(state["params"])
+        values = {**params, **state["extra"]}
         check_nan_inf(self.train_program, values, *inputs)
         outputs, _ = self.train_program.apply(values, *inputs)
         if not bool(all_finite(self.loss_fn(outputs, labels))):
             raise NonFiniteError(f"step {int(state['step'])}: the program's outputs are finite but the loss "
                                  "function produced a non-finite value")
         grads = jax.grad(lambda p: self.loss_fn(self.train_program.apply({**p, **state["extra"]}, *inputs)[0],
-                                                labels))(state["params"])
+                                                labels))(params)
         bad = sorted(n for n, g in grads.items() if not bool(all_finite(g)))
         raise NonFiniteError(f"step {int(state['step'])}: the forward pass is finite but the gradients of "
                              f"{', '.join(bad) or 'no parameter'} are not (an op's derivative overflowed)")
@@ -412,7 +497,7 @@ class Trainer:
     def sync_model(self) -> None:
         """Write the trained parameters and state back into ``model``."""
         if self.state is not None:
-            self.model_state.write({**self.state["params"], **self.state["extra"]})
+            self.model_state.write({**self._params(self.state["params"]), **self.state["extra"]})
 
     def plot(self, path: str = "curves.png") -> str:
         """Training curves (loss and metrics, train and eval) as a PNG; returns the path."""

@@ -1,0 +1,221 @@
+"""Data parallelism with ZeRO sharding over a mesh, as pieces a training step runs inside
+``jax.shard_map``: the batch is split over the data-parallel axes, every device differentiates
+its share, gradients are averaged (fused / hierarchical all-reduce, or reduce-scatter), and the
+optimizer updates the parameters -- whole, or each device its slice (ZeRO).
+
+ZeRO works on the parameters flattened into one vector (``ravel_pytree``), zero-padded to a
+multiple of the data-parallel size; device ``i`` owns the ``i``-th contiguous slice:
+
+- stage 1: gradients all-reduced; optimizer state sharded, each device updates its slice of
+  the parameters, which are then all-gathered (outside ``shard_map``, by XLA);
+- stage 2: gradients reduce-scattered (``psum_scatter``: each device receives only its slice);
+- stage 3: parameters also stay sharded at rest and are all-gathered for the forward pass.
+
+Elementwise optax transformations (sgd, momentum, adam, weight decay) are exact on slices;
+transformations that look across the whole gradient are not: use :meth:`DataParallel.clip_by_global_norm`
+(it sums the squared norm over the slices) rather than ``optax.clip_by_global_norm``.
+
+>>> import jax, jax.numpy as jnp, optax
+>>> from paddlejax.distributed import DataParallel, Strategy
+>>> dp = DataParallel(Strategy(sharding={"stage": 2}))
+>>> loss = lambda p, batch: jnp.mean((batch[0] @ p["w"] - batch[1]) ** 2)
+>>> tx = optax.adam(0.1)
+>>> state = dp.init({"w": jnp.zeros((3, 1))}, tx)
+>>> state["opt"][0].mu.sharding.spec
+P('dp',)
+>>> step = dp.train_step(loss, tx)
+>>> x = jnp.ones((8, 3)); y = jnp.ones((8, 1))
+>>> state, l0 = step(state, (x, y))
+>>> state, l1 = step(state, (x, y))
+>>> float(l1) < float(l0)
+True
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from paddlejax.distributed.collectives import all_reduce_mean, psum
+from paddlejax.distributed.mesh import check_batch, dp_axes, dp_size, make_mesh
+from paddlejax.distributed.strategy import Strategy
+
+
+def merge_gradients(tx: optax.GradientTransformation, k_steps: int, avg: bool = True):
+    """``tx`` applied once every ``k_steps`` calls to the mean (``avg``) or the sum of the
+    gradients in between (Paddle's gradient merge, on ``optax.MultiSteps``)."""
+    if k_steps == 1:
+        return tx
+    inner = tx if avg else optax.chain(optax.scale(k_steps), tx)  # MultiSteps averages
+    return optax.MultiSteps(inner, every_k_schedule=k_steps)
+
+
+class DataParallel:
+    """The data-parallel part of a :class:`Strategy` over a mesh (default: :func:`make_mesh`).
+
+    Use :meth:`train_step` for a complete step of ``loss_fn(params, batch)``, or the pieces
+    (:meth:`init`, :meth:`specs`, :meth:`local_params`, :meth:`reduce_gradients`, :meth:`update`,
+    :meth:`gather`) to build one, as the Trainer does.
+    """
+
+    def __init__(self, strategy: Strategy | None = None, mesh: Mesh | None = None):
+        self.strategy = strategy or Strategy()
+        self.mesh = mesh if mesh is not None else make_mesh(self.strategy)
+        self.axes = dp_axes(self.mesh)
+        self.size = dp_size(self.mesh)
+        self.stage = self.strategy.sharding.stage
+        self._unravel: Callable | None = None
+        self._n = 0
+
+    # -- layout ----------------------------------------------------------------------------------
+    def sharding(self, spec: P = P()) -> NamedSharding:
+        """A ``NamedSharding`` on this mesh."""
+        return NamedSharding(self.mesh, spec)
+
+    @property
+    def batch_spec(self) -> P:
+        return P(self.axes)
+
+    @property
+    def params_spec(self) -> P:
+        """Where the parameters live: replicated, or (ZeRO-3) the flat vector sharded."""
+        return P(self.axes) if self.stage == 3 else P()
+
+    def _flat(self, tree) -> jax.Array:
+        flat, _ = ravel_pytree(tree)
+        return jnp.pad(flat, (0, self._padded - self._n))
+
+    @property
+    def _padded(self) -> int:
+        return math.ceil(self._n / self.size) * self.size
+
+    def init(self, params: dict, tx: optax.GradientTransformation) -> dict:
+        """The state ``{"params", "opt"}`` for ``params`` placed on the mesh: optimizer state
+        (ZeRO >= 1) and parameters (ZeRO-3) as a flat vector sharded over the devices."""
+        flat, self._unravel = ravel_pytree(params)
+        self._n = flat.size
+        if self.stage == 0:
+            state = {"params": params, "opt": tx.init(params)}
+        else:
+            flat = self._flat(params)
+            state = {"params": flat if self.stage == 3 else params, "opt": tx.init(flat)}
+        # fresh buffers: steps donate the state, which must not free the caller's arrays
+        state = jax.tree.map(lambda x: jnp.array(x, copy=True), state)
+        return jax.device_put(state, jax.tree.map(self.sharding, self.specs(state)))
+
+    def specs(self, state: dict) -> dict:
+        """``PartitionSpec``s of :meth:`init`'s state: sliced leaves are those of the padded
+        flat length."""
+        def spec(leaf):
+            sliced = self.stage and leaf.ndim == 1 and leaf.shape[0] == self._padded
+            return P(self.axes) if sliced else P()
+
+        return {"params": jax.tree.map(lambda _: self.params_spec, state["params"]),
+                "opt": jax.tree.map(spec, state["opt"])}
+
+    def full_params(self, params):
+        """The parameters as a dict from :meth:`init`'s layout (outside ``shard_map``)."""
+        return self._unravel(params[:self._n]) if self.stage == 3 else params
+
+    def gather(self, params):
+        """After :meth:`update` (outside ``shard_map``): ZeRO-1/2 slices back into replicated
+        parameters (XLA all-gathers them)."""
+        if self.stage not in (1, 2):
+            return params
+        return jax.lax.with_sharding_constraint(self._unravel(params[:self._n]), self.sharding())
+
+    def update_specs(self, state: dict) -> dict:
+        """The ``out_specs`` of :meth:`update`'s parameters and optimizer state."""
+        specs = self.specs(state)
+        return {"params": P(self.axes) if self.stage else specs["params"], "opt": specs["opt"]}
+
+    def shard_batch(self, batch):
+        """``batch`` (a pytree of arrays with a leading batch axis) split over the devices."""
+        for leaf in jax.tree.leaves(batch):
+            check_batch(leaf.shape[0], self.mesh)
+        return jax.device_put(batch, self.sharding(self.batch_spec))
+
+    # -- inside shard_map ------------------------------------------------------------------------
+    def local_params(self, params):
+        """This device's full parameters, typed as varying so that ``jax.grad`` gives its own
+        gradients (replicated inputs would be summed over the devices by the transpose)."""
+        if self.stage == 3:  # all_gather's result is already varying
+            return self._unravel(lax.all_gather(params, self.axes, tiled=True)[:self._n])
+        return jax.tree.map(lambda p: lax.pcast(p, self.axes, to="varying"), params)
+
+    def _slice(self, flat):
+        size = self._padded // self.size
+        return lax.dynamic_slice_in_dim(flat, lax.axis_index(self.axes) * size, size)
+
+    def reduce_gradients(self, grads):
+        """The mean of every device's ``grads``: the whole dict (ZeRO 0/1: all-reduce, fused and
+        hierarchical as the strategy says), or this device's flat slice (ZeRO 2/3:
+        reduce-scatter)."""
+        s = self.strategy
+        if self.stage >= 2:
+            return lax.psum_scatter(self._flat(grads), self.axes, tiled=True) / self.size
+        mean = all_reduce_mean(grads, self.axes, fuse=s.fuse_all_reduce, bucket_mb=s.fuse_grad_size_in_MB,
+                               hierarchical=s.hierarchical_allreduce)
+        return self._slice(self._flat(mean)) if self.stage == 1 else mean
+
+    def all_finite(self, grads) -> jax.Array:
+        """Whether every gradient is finite on every device (slices are checked together)."""
+        ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+        return lax.pmin(ok.astype(jnp.int32), self.axes).astype(bool) if self.stage else ok
+
+    def update(self, grads, params, opt, tx: optax.GradientTransformation):
+        """Apply ``tx`` to :meth:`reduce_gradients`' result: returns (parameters or this device's
+        slice of them, optimizer state)."""
+        if self.stage:
+            params = params if self.stage == 3 else self._slice(self._flat(params))
+        deltas, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, deltas), opt
+
+    def clip_by_global_norm(self, max_norm: float) -> optax.GradientTransformation:
+        """``optax.clip_by_global_norm`` that is exact when gradients are ZeRO slices (the squared
+        norm is summed over the devices)."""
+        if not self.stage:
+            return optax.clip_by_global_norm(max_norm)
+        axes = self.axes
+
+        def update(updates, state, params=None):
+            sq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(updates))
+            norm = jnp.sqrt(lax.psum(sq, axes))
+            updates = jax.tree.map(lambda g: jnp.where(norm < max_norm, g, g / (norm / max_norm)), updates)
+            return updates, state
+
+        return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+    # -- a whole step ----------------------------------------------------------------------------
+    def train_step(self, loss_fn: Callable, tx: optax.GradientTransformation) -> Callable:
+        """A jitted ``step(state, batch) -> (state, loss)`` for ``loss_fn(params, batch)`` (the
+        mean loss over a batch), ``state`` from :meth:`init` with the same ``tx``. ``loss`` is the
+        mean over the global batch; the result equals single-device training on it.
+        ``step.lower(state, batch)`` gives the lowered step (``.compile().as_text()``: its HLO)."""
+        if self.strategy.recompute:
+            loss_fn = jax.checkpoint(loss_fn)
+
+        def per_device(state, batch):
+            loss, grads = jax.value_and_grad(loss_fn)(self.local_params(state["params"]), batch)
+            params, opt = self.update(self.reduce_gradients(grads), state["params"], state["opt"], tx)
+            return {"params": params, "opt": opt}, psum(loss, self.axes) / self.size
+
+        def step(state, batch):
+            sharded = jax.shard_map(per_device, mesh=self.mesh, in_specs=(self.specs(state), self.batch_spec),
+                                    out_specs=(self.update_specs(state), P()))
+            new, loss = sharded(state, batch)
+            return {"params": self.gather(new["params"]), "opt": new["opt"]}, loss
+
+        jitted = jax.jit(step, donate_argnums=0)
+
+        def run(state, batch):
+            return jitted(state, self.shard_batch(batch))
+
+        run.lower = lambda state, batch: jitted.lower(state, self.shard_batch(batch))  # to read its HLO
+        return run

@@ -1,0 +1,92 @@
+"""Join a multi-process run started by ``paddlejax launch``: read its environment, start JAX's
+distributed runtime.
+
+The launcher gives every process these variables:
+
+- ``PADDLEJAX_COORDINATOR``: ``host:port`` of the coordinator (run by process 0);
+- ``PADDLEJAX_NUM_PROCESSES``: processes in the whole run (all nodes);
+- ``PADDLEJAX_PROCESS_ID``: this process's rank, ``0 .. num_processes - 1``;
+- ``PADDLEJAX_LOCAL_RANK``: its rank on this node;
+- ``PADDLEJAX_DEVICES_PER_PROC``: host (CPU) devices per process, when asked for.
+
+A script outside a launch sees none of them, and :func:`init_from_env` leaves JAX alone:
+
+>>> init_from_env(environ={}) is None
+True
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+import jax
+
+COORDINATOR = "PADDLEJAX_COORDINATOR"
+NUM_PROCESSES = "PADDLEJAX_NUM_PROCESSES"
+PROCESS_ID = "PADDLEJAX_PROCESS_ID"
+LOCAL_RANK = "PADDLEJAX_LOCAL_RANK"
+DEVICES_PER_PROC = "PADDLEJAX_DEVICES_PER_PROC"
+
+_TOO_LATE = ("init_from_env() must run before JAX starts its backend, but devices are already "
+             "initialised (something called jax.devices(), created an array or ran a computation). "
+             "Call paddlejax.distributed.env.init_from_env() at the top of the script, right "
+             "after the imports and before any JAX work.")
+
+
+def _int_var(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer (set by paddlejax launch), got {value!r}") from None
+
+
+def init_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """Join the run ``paddlejax launch`` started; ``(process_id, num_processes)``, or ``None``
+    when this process was not launched (no ``PADDLEJAX_COORDINATOR`` in ``environ``, default
+    ``os.environ``).
+
+    Sets ``jax_num_cpu_devices`` to ``PADDLEJAX_DEVICES_PER_PROC`` (when given) and calls
+    ``jax.distributed.initialize``; afterwards ``jax.devices()`` lists the devices of every
+    process. Must run before JAX starts its backend (``RuntimeError`` saying so otherwise);
+    calling it again once joined returns the same pair.
+
+    From then on an uncaught exception ends the process right after its traceback is printed
+    (exit code 1): JAX's exit-time shutdown would wait for every other rank, and those may be
+    blocked in a collective with this one, so the launcher would never see the failure.
+    (``sys.exit(code)`` still goes through that shutdown.)
+
+    >>> init_from_env(environ={"PADDLEJAX_COORDINATOR": "127.0.0.1:1234"})
+    Traceback (most recent call last):
+    ...
+    ValueError: PADDLEJAX_NUM_PROCESSES must be an integer (set by paddlejax launch), got None
+    """
+    env = os.environ if environ is None else environ
+    if COORDINATOR not in env:
+        return None
+    num_processes, process_id = _int_var(env, NUM_PROCESSES), _int_var(env, PROCESS_ID)
+    devices = _int_var(env, DEVICES_PER_PROC) if DEVICES_PER_PROC in env else None
+    if jax.distributed.is_initialized():
+        return process_id, num_processes
+    try:
+        if devices is not None:
+            jax.config.update("jax_num_cpu_devices", devices)
+        jax.distributed.initialize(env[COORDINATOR], num_processes=num_processes, process_id=process_id)
+    except RuntimeError as e:
+        # jax's own errors for "config/initialize called after the backend started" say "before"
+        if "before" in str(e):
+            raise RuntimeError(_TOO_LATE) from e
+        raise
+    sys.excepthook = _exit_at_once(sys.excepthook)
+    return process_id, num_processes
+
+
+def _exit_at_once(report):
+    def excepthook(kind, value, traceback):
+        report(kind, value, traceback)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    return excepthook

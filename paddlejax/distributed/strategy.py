@@ -1,0 +1,170 @@
+"""``Strategy``: how a training step is spread over devices (Paddle's ``DistributedStrategy``).
+
+The fields mirror Paddle's where they mean something on XLA. Nested options are small frozen
+dataclasses; a plain dict is accepted in their place. Every field is checked on construction and
+a bad value raises ``ValueError`` naming it.
+
+>>> from paddlejax.distributed import Strategy
+>>> s = Strategy(fuse_all_reduce=True, fuse_grad_size_in_MB=16, sharding={"stage": 2},
+...              gradient_merge={"k_steps": 4})
+>>> s.sharding.stage, s.gradient_merge.k_steps, s.gradient_merge.avg
+(2, 4, True)
+>>> Strategy(amp="int4")
+Traceback (most recent call last):
+...
+ValueError: Strategy.amp: expected one of None, 'bf16', 'fp16', got 'int4'
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+AMP = (None, "bf16", "fp16")
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def _int(owner: str, name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{owner}.{name}: expected an int >= {minimum}, got {value!r}")
+
+
+def _optional_int(owner: str, name: str, value, minimum: int = 1) -> None:
+    if value is not None:
+        _int(owner, name, value, minimum)
+
+
+def _bool(owner: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name}: expected True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GradientMerge:
+    """Accumulate gradients over ``k_steps`` micro-steps and update once; ``avg`` averages them
+    (otherwise they are summed, as Paddle's ``gradient_merge_configs["avg"] = False``).
+
+    >>> GradientMerge(k_steps=4)
+    GradientMerge(k_steps=4, avg=True)
+    """
+
+    k_steps: int = 1
+    avg: bool = True
+
+    def __post_init__(self):
+        _int("GradientMerge", "k_steps", self.k_steps, 1)
+        _bool("GradientMerge", "avg", self.avg)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """ZeRO: ``stage`` 1 shards the optimizer state over the data-parallel devices, 2 also the
+    gradients (reduce-scatter instead of all-reduce), 3 also the parameters at rest. ``degree``
+    is the number of devices sharded over; it must be the data-parallel size (the default).
+
+    >>> Sharding(stage=3)
+    Sharding(stage=3, degree=None)
+    """
+
+    stage: int = 0
+    degree: int | None = None
+
+    def __post_init__(self):
+        if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
+            raise ValueError(f"Sharding.stage: expected 0, 1, 2 or 3, got {self.stage!r}")
+        _optional_int("Sharding", "degree", self.degree)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Pipeline parallelism: ``stages`` consecutive parts of the model on ``stages`` device
+    groups, each batch split into ``micro_batches``, run by the ``schedule`` "gpipe" or "1f1b".
+
+    >>> Pipeline(stages=4, micro_batches=8, schedule="1f1b").schedule
+    '1f1b'
+    """
+
+    stages: int = 1
+    micro_batches: int = 1
+    schedule: str = "gpipe"
+
+    def __post_init__(self):
+        _int("Pipeline", "stages", self.stages, 1)
+        _int("Pipeline", "micro_batches", self.micro_batches, 1)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"Pipeline.schedule: expected one of {', '.join(map(repr, SCHEDULES))}, "
+                             f"got {self.schedule!r}")
+
+
+def _nested(owner: str, name: str, value, cls):
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, dict):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"{owner}.{name}: unknown option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(known))}")
+        return cls(**value)
+    raise ValueError(f"{owner}.{name}: expected a {cls.__name__} or a dict, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How to distribute training. Defaults give plain data parallelism over every device.
+
+    Args:
+        amp: mixed precision, ``"bf16"`` or ``"fp16"`` (with dynamic loss scaling), or None.
+        recompute: rematerialise the forward pass in the backward pass (``jax.checkpoint``).
+        gradient_merge: :class:`GradientMerge` (k_steps, avg).
+        fuse_all_reduce: pack gradients into buckets of at most ``fuse_grad_size_in_MB``
+            megabytes and all-reduce each bucket with one collective (Paddle's default 32 MB).
+        hierarchical_allreduce: all-reduce within groups of ``dp_size / inter_nranks``
+            neighbouring devices (a node), then across the ``hierarchical_allreduce_inter_nranks``
+            groups.
+        sharding: :class:`Sharding` (ZeRO stage 0-3, degree).
+        pipeline: :class:`Pipeline` (stages, micro_batches, schedule).
+        dp_degree: data-parallel size; None takes every device left over by ``pp_degree``.
+        pp_degree: pipeline size; None takes ``pipeline.stages``.
+
+    >>> s = Strategy(hierarchical_allreduce=True, hierarchical_allreduce_inter_nranks=2)
+    >>> s.replace(dp_degree=8).dp_degree
+    8
+    """
+
+    amp: str | None = None
+    recompute: bool = False
+    gradient_merge: GradientMerge = field(default_factory=GradientMerge)
+    fuse_all_reduce: bool = False
+    fuse_grad_size_in_MB: float = 32.0
+    hierarchical_allreduce: bool = False
+    hierarchical_allreduce_inter_nranks: int = 1
+    sharding: Sharding = field(default_factory=Sharding)
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    dp_degree: int | None = None
+    pp_degree: int | None = None
+
+    def __post_init__(self):
+        if self.amp not in AMP:
+            raise ValueError(f"Strategy.amp: expected one of None, 'bf16', 'fp16', got {self.amp!r}")
+        for name in ("recompute", "fuse_all_reduce", "hierarchical_allreduce"):
+            _bool("Strategy", name, getattr(self, name))
+        size = self.fuse_grad_size_in_MB
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+            raise ValueError(f"Strategy.fuse_grad_size_in_MB: expected a number > 0, got {size!r}")
+        _int("Strategy", "hierarchical_allreduce_inter_nranks", self.hierarchical_allreduce_inter_nranks, 1)
+        _optional_int("Strategy", "dp_degree", self.dp_degree)
+        _optional_int("Strategy", "pp_degree", self.pp_degree)
+        for name, cls in (("gradient_merge", GradientMerge), ("sharding", Sharding), ("pipeline", Pipeline)):
+            object.__setattr__(self, name, _nested("Strategy", name, getattr(self, name), cls))
+        if self.pp_degree is not None and self.pipeline.stages > 1 and self.pp_degree != self.pipeline.stages:
+            raise ValueError(f"Strategy.pp_degree: {self.pp_degree} differs from pipeline.stages "
+                             f"{self.pipeline.stages}")
+
+    @property
+    def pp_size(self) -> int:
+        """The pipeline size: ``pp_degree``, else ``pipeline.stages``."""
+        return self.pp_degree if self.pp_degree is not None else self.pipeline.stages
+
+    def replace(self, **changes) -> Strategy:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)

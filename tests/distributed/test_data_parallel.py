@@ -1,0 +1,192 @@
+"""Data parallel and ZeRO over 8 CPU devices: the same parameters as training on one device,
+sharded optimizer state, gradient merge, fused and hierarchical all-reduce in the compiled HLO."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import paddlejax as pj
+from paddlejax.distributed import DataParallel, Strategy, collective_stats, merge_gradients
+
+RNG = np.random.default_rng(0)
+PARAMS = {"w1": jnp.asarray(RNG.normal(size=(4, 16)), jnp.float32), "b1": jnp.zeros(16),
+          "w2": jnp.asarray(RNG.normal(size=(16, 16)), jnp.float32), "b2": jnp.zeros(16),
+          "w3": jnp.asarray(RNG.normal(size=(16, 3)), jnp.float32), "b3": jnp.zeros(3)}
+BATCHES = [(jnp.asarray(RNG.normal(size=(16, 4)), jnp.float32), jnp.asarray(RNG.normal(size=(16, 3)), jnp.float32))
+           for _ in range(5)]
+
+
+def mlp_loss(p, batch):
+    x, y = batch
+    h = jnp.tanh(x @ p["w1"] + p["b1"])
+    h = jnp.tanh(h @ p["w2"] + p["b2"])
+    return jnp.mean((h @ p["w3"] + p["b3"] - y) ** 2)
+
+
+def single_device(tx, batches=BATCHES):
+    params, opt = PARAMS, tx.init(PARAMS)
+    for batch in batches:
+        updates, opt = tx.update(jax.grad(mlp_loss)(params, batch), opt, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
+def data_parallel(strategy, tx, batches=BATCHES):
+    dp = DataParallel(strategy)
+    state, step = dp.init(PARAMS, tx), dp.train_step(mlp_loss, tx)
+    for batch in batches:
+        state, _ = step(state, batch)
+    return dp, state
+
+
+def assert_same(got, want):
+    for name in want:
+        rel = np.max(np.abs(got[name] - want[name])) / np.max(np.abs(want[name]))
+        assert rel <= 1e-5, (name, rel)
+
+
+OPTIMIZERS = {"sgd": lambda: optax.sgd(0.1), "adam": lambda: optax.adam(0.01)}
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_five_steps_equal_single_device_training(stage, opt):
+    tx = OPTIMIZERS[opt]()
+    dp, state = data_parallel(Strategy(sharding={"stage": stage}), tx)
+    assert_same(dp.full_params(state["params"]), single_device(tx))
+
+
+def per_device_shapes(array):
+    return {shard.data.shape for shard in array.addressable_shards}
+
+
+def test_zero_shards_optimizer_state_then_parameters():
+    n = sum(p.size for p in PARAMS.values())  # 403, padded to 408 = 8 x 51
+    for stage in (1, 2, 3):
+        dp, state = data_parallel(Strategy(sharding={"stage": stage}), optax.adam(0.01), BATCHES[:1])
+        mu = state["opt"][0].mu
+        assert mu.shape == (408,) and per_device_shapes(mu) == {(51,)} and n == 403
+        assert len(mu.sharding.device_set) == 8
+        params = state["params"]
+        if stage == 3:
+            assert per_device_shapes(params) == {(51,)}
+        else:
+            assert per_device_shapes(params["w2"]) == {(16, 16)}
+
+
+def lowered(strategy, tx=None):
+    tx = tx or optax.sgd(0.1)
+    dp = DataParallel(strategy)
+    return dp.train_step(mlp_loss, tx).lower(dp.init(PARAMS, tx), BATCHES[0])
+
+
+def test_fused_all_reduce_packs_six_gradients_into_one_collective_with_the_same_result():
+    plain, fused = lowered(Strategy()), lowered(Strategy(fuse_all_reduce=True))
+    # the program: one all-reduce per gradient (six) and one for the loss, against two
+    assert collective_stats(plain.as_text(dialect="hlo"))["all-reduce"] == 7
+    assert collective_stats(fused.as_text(dialect="hlo"))["all-reduce"] == 2
+    # compiled: XLA's combiner merges both into one instruction, but over 7 arrays against 2
+    plain, fused = collective_stats(plain), collective_stats(fused)
+    assert (plain["all-reduce buffers"], fused["all-reduce buffers"]) == (7, 2)
+    assert plain["all-reduce bytes"] == fused["all-reduce bytes"] == 403 * 4 + 4
+    # a bucket limit of 1 KB (the 16x16 kernel alone is 1 KB) splits the gradients over buckets
+    small = lowered(Strategy(fuse_all_reduce=True, fuse_grad_size_in_MB=1 / 1024))
+    assert collective_stats(small.as_text(dialect="hlo"))["all-reduce"] == 4
+    tx = optax.adam(0.01)
+    dp, state = data_parallel(Strategy(fuse_all_reduce=True), tx)
+    assert_same(state["params"], single_device(tx))
+
+
+def test_hierarchical_all_reduce_sums_within_then_across_nodes():
+    strategy = Strategy(hierarchical_allreduce=True, hierarchical_allreduce_inter_nranks=2, fuse_all_reduce=True)
+    dp, state = data_parallel(strategy, optax.sgd(0.1))
+    assert dict(dp.mesh.shape) == {"inter": 2, "intra": 4}
+    assert_same(state["params"], single_device(optax.sgd(0.1)))
+    hlo = lowered(strategy).compile().as_text()
+    groups = {line.split("replica_groups=")[1].split("}}")[0] + "}}" for line in hlo.splitlines()
+              if " all-reduce(" in line}
+    assert {"{{0,1,2,3},{4,5,6,7}}", "{{0,4},{1,5},{2,6},{3,7}}"} <= groups
+
+
+def test_zero2_reduce_scatters_gradients_and_zero3_gathers_parameters():
+    zero2, zero3 = (collective_stats(lowered(Strategy(sharding={"stage": s}))) for s in (2, 3))
+    assert zero2["reduce-scatter"] == 1 and zero2["reduce-scatter bytes"] == 51 * 4
+    assert zero2["all-reduce"] == 1  # the loss
+    # ZeRO-2 gathers the updated parameters (XLA: one all-gather per parameter, from the flat
+    # slices); ZeRO-3 gathers the flat vector once before the forward pass and keeps it sharded
+    assert zero2["all-gather"] >= 1 and zero3["all-gather"] == 1
+    assert zero3["all-gather bytes"] == 408 * 4 and zero3["reduce-scatter"] == 1
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_gradient_merge_of_four_micro_batches_equals_one_step_on_the_whole_batch(stage):
+    big = (jnp.concatenate([b[0] for b in BATCHES[:4]]), jnp.concatenate([b[1] for b in BATCHES[:4]]))
+    tx = merge_gradients(optax.adam(0.01), k_steps=4)
+    dp, state = data_parallel(Strategy(sharding={"stage": stage}, gradient_merge={"k_steps": 4}), tx, BATCHES[:4])
+    assert_same(dp.full_params(state["params"]), single_device(optax.adam(0.01), [big]))
+    summed = merge_gradients(optax.sgd(0.1), k_steps=4, avg=False)
+    _, state = data_parallel(Strategy(), summed, BATCHES[:4])
+    assert_same(state["params"], single_device(optax.sgd(0.4), [big]))
+
+
+def test_clip_by_global_norm_is_exact_on_zero_slices():
+    for stage in (0, 3):
+        dp = DataParallel(Strategy(sharding={"stage": stage}))
+        tx = optax.chain(dp.clip_by_global_norm(0.05), optax.sgd(0.1))
+        state, step = dp.init(PARAMS, tx), dp.train_step(mlp_loss, tx)
+        for batch in BATCHES:
+            state, _ = step(state, batch)
+        assert_same(dp.full_params(state["params"]),
+                    single_device(optax.chain(optax.clip_by_global_norm(0.05), optax.sgd(0.1))))
+
+
+def test_a_batch_the_devices_cannot_share_is_refused():
+    dp = DataParallel()
+    with pytest.raises(ValueError, match="batch size 12 is not divisible by the data-parallel size 8"):
+        dp.shard_batch((jnp.ones((12, 4)), jnp.ones((12, 3))))
+
+
+class MLP(nnx.Module):
+    def __init__(self):
+        rngs = nnx.Rngs(0)
+        self.l1, self.l2 = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(jax.nn.relu(self.l1(x)))
+
+
+def trained(strategy, optimizer, steps=5, **kw):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(steps, 16, 8)).astype(np.float32)
+    y = rng.integers(0, 3, (steps, 16)).astype(np.int32)
+    trainer = pj.Trainer(MLP(), optimizer, metrics=["accuracy"], progress=False, strategy=strategy, **kw)
+    losses = [trainer.train_batch((x[i],), y[i]) for i in range(steps)]
+    trainer.sync_model()
+    return trainer, losses
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_trainer_with_a_strategy_trains_as_on_one_device(stage):
+    strategy = Strategy(sharding={"stage": stage}, fuse_all_reduce=True)
+    one, one_losses = trained(None, optax.adam(0.01), grad_clip=1.0)
+    many, many_losses = trained(strategy, optax.adam(0.01), grad_clip=1.0)
+    np.testing.assert_allclose(many_losses, one_losses, rtol=1e-5)
+    assert_same(model_params(many), model_params(one))
+    if stage:
+        assert per_device_shapes(many.state["params"]) == {(25,)}  # 8*16 + 16 + 16*3 + 3 = 195 -> 200 / 8
+        assert per_device_shapes(jax.tree.leaves(many.state["opt"])[1]) == {(25,)}
+
+
+def model_params(trainer):
+    return {k: np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(trainer.model, nnx.Param))}
+
+
+def test_trainer_gradient_merge_from_the_strategy_equals_its_accumulate():
+    merged, _ = trained(Strategy(gradient_merge={"k_steps": 4}), optax.sgd(0.1), steps=4)
+    plain, _ = trained(None, optax.sgd(0.1), steps=4, accumulate=4)
+    assert_same(model_params(merged), model_params(plain))
+    assert not np.allclose(model_params(plain)["l1", "kernel"], np.asarray(MLP().l1.kernel.get_value()))
