@@ -93,3 +93,19 @@ def test_quant_quick():
                       r"\s+(\d+\.\d\d)x\s+(\S+)$", out, re.M)
     assert [r[0] for r in rows] == ["Transformer encoder", "SmallCNN", "digits CNN"], out
     assert all(int(r[1]) > 0 and float(r[5]) > 2.5 and float(r[6]) < 0.1 for r in rows), out  # quantized, smaller, close
+
+
+def test_distributed_quick():
+    out = run_quick("distributed.py", timeout=120)
+    fusion = dict(re.findall(r"^  (one per gradient \(no fusion\)|fused, buckets of 32 MB)\s+(\d+)\s", out, re.M))
+    # 16 gradients and the loss: 17 all-reduces in the program, 2 with one 32 MB bucket
+    assert fusion == {"one per gradient (no fusion)": "17", "fused, buckets of 32 MB": "2"}, out
+    bubbles = re.findall(r"^  (gpipe|1f1b)\s+4\s+14\s+0\.429  ((?:0\.429 ?){4})\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\d$",
+                         out, re.M)
+    assert [b[0] for b in bubbles] == ["gpipe", "1f1b"], out
+    assert [int(n) for n in re.findall(r"^\s+(\d)\s+\d+\.\d\d\s+\d+\.\d\dx$", out, re.M)] == [1, 2, 4, 8], out
+    zero = re.findall(r"^\s+(\d)\s+\d+\.\d\d\s+(\d+\.\d)\s+(\d+\.\d)$", out, re.M)
+    assert [z[0] for z in zero] == ["0", "1", "2", "3"], out
+    opt = [float(z[1]) for z in zero]
+    assert opt[1] == opt[2] == opt[3] < opt[0] / 7, out          # ZeRO >= 1: an eighth of the state each
+    assert float(zero[3][2]) < float(zero[2][2]) / 7, out        # ZeRO-3: an eighth of the parameters
