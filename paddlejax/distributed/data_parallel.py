@@ -37,6 +37,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
@@ -136,10 +137,18 @@ class DataParallel:
         return {"params": P(self.axes) if self.stage else specs["params"], "opt": specs["opt"]}
 
     def shard_batch(self, batch):
-        """``batch`` (a pytree of arrays with a leading batch axis) split over the devices."""
+        """``batch`` (a pytree of arrays with a leading batch axis) split over the devices.
+
+        In a run of several processes each process passes only its own rows (as a data loader
+        per rank reads them): the global batch is their concatenation in process order, and
+        every process must pass the same number of rows."""
+        processes = jax.process_count()
         for leaf in jax.tree.leaves(batch):
-            check_batch(leaf.shape[0], self.mesh)
-        return jax.device_put(batch, self.sharding(self.batch_spec))
+            check_batch(leaf.shape[0] * processes, self.mesh)
+        sharding = self.sharding(self.batch_spec)
+        if processes == 1:
+            return jax.device_put(batch, sharding)
+        return jax.tree.map(lambda rows: jax.make_array_from_process_local_data(sharding, np.asarray(rows)), batch)
 
     # -- inside shard_map ------------------------------------------------------------------------
     def local_params(self, params):

@@ -287,8 +287,10 @@ class PipelineRunner:
 
     ``loss_fn(outputs, *targets)`` gives a micro-batch's (mean) loss from the program's
     outputs; with ``loss_fn=None`` the program's output is that loss. ``mesh`` needs an axis
-    ``axis`` with one device per stage (default: the first ``S`` devices). :meth:`run` and
-    :meth:`value_and_grad` are pure functions of their arguments (jit them).
+    ``axis`` with one device per stage (default: the first ``S`` devices); its other axes run
+    data parallel (each replica pipelines its share of every micro-batch, and losses and
+    gradients are averaged over the replicas). :meth:`run` and :meth:`value_and_grad` are pure
+    functions of their arguments (jit them).
     """
 
     def __init__(self, split: PipelineSplit, loss_fn: Callable | None = None, *, micro_batches: int,
@@ -304,6 +306,9 @@ class PipelineRunner:
             raise ValueError(f"PipelineRunner: mesh expects an axis '{axis}' of {S} devices (one per stage), "
                              f"got mesh axes {dict(mesh.shape)}")
         self.mesh = mesh
+        # any other mesh axes run data parallel: each replica pipelines its rows of every micro-batch
+        self.batch_axes = tuple(a for a in mesh.axis_names if a != axis)
+        self.replicas = math.prod(mesh.shape[a] for a in self.batch_axes)
 
     def value_and_grad(self, params: dict, inputs, targets=()):
         """``(loss, grads)``: the mean micro-batch loss and its gradient for every parameter of
@@ -319,9 +324,9 @@ class PipelineRunner:
         M = self.schedule.micro_batches
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
         targets = targets if isinstance(targets, tuple) else (targets,)
-        mb_inputs = _micro(jax.tree_util.tree_leaves(inputs), M, "inputs")
+        mb_inputs = _micro(jax.tree_util.tree_leaves(inputs), M, self.replicas, "inputs")
         target_leaves, targets_tree = jax.tree_util.tree_flatten(targets)
-        mb_targets = _micro(target_leaves, M, "targets")
+        mb_targets = _micro(target_leaves, M, self.replicas, "targets")
         plans = self._plan(params, mb_inputs, mb_targets, targets_tree)
         cap = {"params": _capacity(p.params for p in plans), "act": _capacity(p.outputs for p in plans[:-1]),
                "grad": _capacity(p.grad_out for p in plans[:-1]), "stash": _capacity(p.stash for p in plans)}
@@ -329,7 +334,8 @@ class PipelineRunner:
             p.params.pack([params[n] for n in p.param_names], cap["params"]) for p in plans])
         body = _TickBody(self, plans, cap, targets_tree)
         spec = jax.tree_util.tree_map(lambda _: P(self.axis), packed)
-        loss, pgrad, work = jax.shard_map(body.run, mesh=self.mesh, in_specs=(spec, P(), P()),
+        rows = P(None, self.batch_axes) if self.batch_axes else P()
+        loss, pgrad, work = jax.shard_map(body.run, mesh=self.mesh, in_specs=(spec, rows, rows),
                                           out_specs=(P(), spec, P(self.axis)), check_vma=False)(
             packed, mb_inputs, mb_targets)
         grads: dict = {}
@@ -376,8 +382,8 @@ class PipelineRunner:
 
     def _plan(self, params, mb_inputs, mb_targets, targets_tree) -> list[_StagePlan]:
         split, plans = self.split, []
-        x = [jax.ShapeDtypeStruct(a.shape[1:], a.dtype) for a in mb_inputs]
-        t = [jax.ShapeDtypeStruct(a.shape[1:], a.dtype) for a in mb_targets]
+        local = lambda a: jax.ShapeDtypeStruct((a.shape[1] // self.replicas, *a.shape[2:]), a.dtype)  # noqa: E731
+        x, t = [local(a) for a in mb_inputs], [local(a) for a in mb_targets]
         for s in range(split.num_stages):
             names = split.stages[s].param_names
             p = {n: params[n] for n in names}
@@ -431,7 +437,10 @@ class _TickBody:
             return carry, did
 
         carry, did = lax.scan(tick, carry, (jnp.asarray(sched.kind), jnp.asarray(sched.micro)))
-        return lax.psum(carry["loss"], r.axis), {k: v[None] for k, v in carry["pgrad"].items()}, did[None]
+        loss, pgrad = lax.psum(carry["loss"], r.axis), carry["pgrad"]
+        if r.batch_axes:  # the replicas' mean losses and gradients: those of the whole batch
+            loss, pgrad = lax.pmean((loss, pgrad), r.batch_axes)
+        return loss, {k: v[None] for k, v in pgrad.items()}, did[None]
 
     def _messages(self):
         return _zeros(self.cap["act"]), _zeros(self.cap["grad"])
@@ -506,13 +515,14 @@ def _merge(mask, diff, other):
     return [next(diff) if d else next(other) for d in mask]
 
 
-def _micro(leaves, M: int, what: str):
+def _micro(leaves, M: int, replicas: int, what: str):
     out = []
     for i, a in enumerate(leaves):
         a = jnp.asarray(a)
-        if a.ndim == 0 or a.shape[0] % M:
+        if a.ndim == 0 or a.shape[0] % (M * replicas):
+            times = f" x {replicas} data-parallel replicas" if replicas > 1 else ""
             raise ValueError(f"PipelineRunner: {what}[{i}] has shape {a.shape}; its first (batch) dimension "
-                             f"must be divisible by micro_batches={M}")
+                             f"must be divisible by micro_batches={M}{times}")
         out.append(a.reshape(M, a.shape[0] // M, *a.shape[1:]))
     return out
 

@@ -64,6 +64,51 @@ def _spec(x) -> InputSpec:
     return InputSpec((None, *x.shape[1:]), jnp.result_type(x).name)
 
 
+class _PipelineStep:
+    """The pipeline-parallel part of a Trainer's step: the training program split into stages,
+    and loss and gradients from :class:`~paddlejax.distributed.pipeline.PipelineRunner`."""
+
+    def __init__(self, strategy):
+        from paddlejax.distributed.mesh import make_mesh
+
+        self.strategy, self.num_stages = strategy, strategy.pp_size
+        self.micro_batches = strategy.pipeline.micro_batches
+        self.mesh = make_mesh(strategy)
+        self.stages = None
+
+    def split(self, program: Program) -> None:
+        """Split the training program (``(outputs, updates)``) into the strategy's stages."""
+        from paddlejax.passes.pipeline import split_stages
+
+        _, updates = jax.tree_util.tree_unflatten(program.out_tree, range(program.out_tree.num_leaves))
+        if updates:
+            raise ValueError(f"Trainer: pipeline parallelism cannot carry the state that the forward pass of "
+                             f"'{program.name}' updates ({', '.join(sorted(updates))}: batch-norm statistics?); "
+                             "use layers without such state, or data parallelism")
+        self.stages = split_stages(program, self.num_stages)
+
+    def check_batch(self, batch) -> None:
+        """Raise ``ValueError`` unless every micro-batch splits evenly over the data-parallel replicas."""
+        from paddlejax.distributed.mesh import dp_size
+
+        replicas = dp_size(self.mesh)
+        for leaf in jax.tree.leaves(batch):
+            n = np.shape(leaf)[0] if np.ndim(leaf) else None
+            if n is None or n % (self.micro_batches * replicas):
+                times = f" x the data-parallel size {replicas}" if replicas > 1 else ""
+                raise ValueError(f"Trainer: batch size {n} is not divisible by strategy.pipeline.micro_batches="
+                                 f"{self.micro_batches}{times}")
+
+    def value_and_grad(self, loss_fn, params, inputs, labels):
+        """``(loss, grads)`` of ``loss_fn(program outputs, labels)`` averaged over the micro-batches."""
+        from paddlejax.distributed.pipeline import PipelineRunner
+
+        runner = PipelineRunner(self.stages, loss_fn, micro_batches=self.micro_batches,
+                                schedule=self.strategy.pipeline.schedule, recompute=self.strategy.recompute,
+                                mesh=self.mesh)
+        return runner.value_and_grad(params, tuple(inputs), labels)
+
+
 class Trainer:
     """Train, evaluate and run an NNX model (a ``paddlejax.nn`` layer or any ``nnx.Module``).
 
@@ -93,6 +138,15 @@ class Trainer:
             every device (the batch split over them, gradients averaged; ZeRO sharding, fused or
             hierarchical all-reduce, gradient merge, amp and recompute as the strategy says); loss
             and metrics are those of the whole batch. Evaluation and prediction run replicated.
+            With ``pp_degree`` / ``pipeline.stages`` ``S > 1`` the step is pipeline parallel
+            instead: the training program is split into ``S`` stages (at ``pj.ops.pipeline_stage``
+            marks, else balanced by FLOPs), run by
+            :class:`~paddlejax.distributed.pipeline.PipelineRunner` over the mesh axis ``"pp"``
+            with ``pipeline.micro_batches`` and ``pipeline.schedule`` (the mesh's other devices
+            data parallel: ``pp_degree=4`` on 8 devices runs 2 pipelines on halves of each
+            micro-batch); metrics take one more forward pass. The batch must divide by
+            ``micro_batches`` times the data-parallel size, and the model may not update state in
+            its forward pass (batch-norm statistics).
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
@@ -121,9 +175,11 @@ class Trainer:
         self.amp = AMP_DTYPES.get(amp) if amp else None
         self.passes = self._passes(passes)
         self.strategy = strategy
-        self.dp = None
+        self.dp = self.pipeline = None
         clip = optax.clip_by_global_norm
-        if strategy is not None:
+        if strategy is not None and strategy.pp_size > 1:
+            self.pipeline = _PipelineStep(strategy)
+        elif strategy is not None:
             from paddlejax.distributed import DataParallel
 
             self.dp = DataParallel(strategy)
@@ -153,9 +209,9 @@ class Trainer:
     @staticmethod
     def _from_strategy(strategy, amp, accumulate):
         """(amp, accumulate, avg) merged from the Trainer's arguments and ``strategy``."""
-        if strategy.pp_size > 1:
-            raise ValueError("Trainer: strategy asks for pipeline parallelism (pp_degree / pipeline.stages > 1); "
-                             "the Trainer runs data parallel only -- use paddlejax.distributed.pipeline")
+        if strategy.pp_size > 1 and strategy.sharding.stage:
+            raise ValueError(f"Trainer: strategy.sharding.stage={strategy.sharding.stage} (ZeRO) cannot be combined "
+                             "with pipeline parallelism (pp_degree / pipeline.stages > 1)")
         if amp is not None and strategy.amp is not None and AMP_DTYPES.get(amp) != AMP_DTYPES[strategy.amp]:
             raise ValueError(f"Trainer: amp={amp!r} contradicts strategy.amp={strategy.amp!r}")
         merge = strategy.gradient_merge
@@ -191,6 +247,8 @@ class Trainer:
         self.specs = tuple(_spec(x) for x in inputs)
         self.train_program = self._static(train=True)
         self.eval_program = self._static(train=False)
+        if self.pipeline is not None:
+            self.pipeline.split(self.train_program)
         # state added by the passes (not a model variable) is carried like batch-norm statistics
         values = {**self.train_program.params, **self.model_state.values}
         params = {n: values[n] for n in sorted(self.model_state.trainable)}
@@ -255,6 +313,8 @@ class Trainer:
     def _step(self, state, sums, inputs, labels):
         if self.dp is not None:
             return self._commit(state, sums, *self._data_parallel_update(state, inputs, labels))
+        if self.pipeline is not None:
+            return self._commit(state, sums, *self._pipeline_update(state, inputs, labels))
         scale = state["loss_scale"]
         grads, (loss, outputs, updates) = self._gradients(state["params"], state["extra"], scale, inputs, labels)
         grads = scale.unscale(grads)
@@ -289,6 +349,22 @@ class Trainer:
         params, opt, updates, loss, batch, finite = sharded(state["params"], state["extra"], state["loss_scale"],
                                                            state["opt"], inputs, labels)
         return dp.gather(params), opt, updates, loss, batch, finite
+
+    def _pipeline_update(self, state, inputs, labels):
+        """Loss and gradients from the pipelined stages, then the usual update; metrics (if any)
+        from one more forward pass of the whole program."""
+        scale, extra = state["loss_scale"], state["extra"]
+        loss_fn = lambda out, labels: self.loss_fn(out[0], labels).astype(jnp.float32) * scale.scale  # noqa: E731
+        loss, grads = self.pipeline.value_and_grad(loss_fn, {**state["params"], **extra}, inputs, labels)
+        loss = loss / scale.scale
+        grads = scale.unscale({n: grads[n] for n in state["params"]})
+        finite = all_finite(grads) & jnp.isfinite(loss)
+        deltas, opt = self.tx.update(grads, state["opt"], state["params"])
+        params = optax.apply_updates(state["params"], deltas)
+        outputs = None
+        if self.metrics:
+            outputs = self.train_program.apply(lax.stop_gradient({**state["params"], **extra}), *inputs)[0]
+        return params, opt, {}, loss, self._batch_sums(outputs, labels, loss), finite
 
     def _commit(self, state, sums, params, opt, updates, loss, batch, finite):
         """The new state after an update (a non-finite fp16 step keeps all but the loss scale)."""
@@ -340,6 +416,8 @@ class Trainer:
         before = self.state
         if self.dp is not None:
             inputs, labels = self.dp.shard_batch((inputs, labels))
+        if self.pipeline is not None:
+            self.pipeline.check_batch((inputs, labels))
         state, sums, loss, finite = self._train_step(self.state, sums, inputs, labels)
         if self.check and not bool(finite):
             self._report_nonfinite(before, inputs, labels)

@@ -1,62 +1,59 @@
-"""Data-parallel SGD of a tiny linear model over every device of every process.
+"""Data-parallel training of a tiny model with ``fleet`` and the Trainer, over every device of
+every process.
 
     python dp_script.py OUT.npz              # one process, 8 CPU devices
     paddlejax launch --nproc 2 --devices-per-proc 4 dp_script.py OUT.npz
 
-Each process feeds only its own slice of the global batch; gradients are summed over the
-"dp" mesh axis. Process 0 writes the final parameters to OUT.npz.
+Each process feeds the Trainer only its own rows of the global batch (as a data loader per rank
+would); the step averages the gradients over all of them. Process 0 writes the final parameters
+to OUT.npz.
 """
+import os
 import sys
 
-from paddlejax.distributed.env import init_from_env
+import jax
 
-if init_from_env() is None:
-    import jax
+from paddlejax.distributed import Strategy, env, fleet
 
-    jax.config.update("jax_num_cpu_devices", 8)
+if env.COORDINATOR not in os.environ:
+    jax.config.update("jax_num_cpu_devices", 8)  # outside a launch: 8 host devices in one process
+STRATEGY = Strategy(fuse_all_reduce=True)
+fleet.init(STRATEGY)  # joins the launched run: before any JAX work
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import optax  # noqa: E402
 
-BATCH, FEATURES, STEPS, LR = 32, 4, 5, 0.1
+import paddlejax as pj  # noqa: E402
+from paddlejax import nn  # noqa: E402
+
+BATCH, FEATURES, STEPS = 32, 4, 5
 
 
 def data():
     """The global batch: every process can make it, but feeds only its own rows."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(BATCH, FEATURES)).astype(np.float32)
-    y = x @ np.arange(1, FEATURES + 1, dtype=np.float32)[:, None] + 0.5
+    y = np.tanh(x @ np.linspace(-1, 1, 2 * FEATURES, dtype=np.float32).reshape(FEATURES, 2))
     return x, y
 
 
-def train(mesh: Mesh) -> dict:
-    """``STEPS`` SGD steps of ``y = x @ w + b`` on the global batch, data parallel over ``mesh``."""
-    def local_step(params, x, y):
-        # varying copies: differentiating the replicated parameters would already sum over "dp"
-        local = jax.tree.map(lambda p: jax.lax.pcast(p, "dp", to="varying"), params)
-        grads = jax.grad(lambda p: jnp.sum((x @ p["w"] + p["b"] - y) ** 2) / BATCH)(local)
-        grads = jax.lax.psum(grads, "dp")
-        return jax.tree.map(lambda p, g: p - LR * g, params, grads)
-
-    step = jax.jit(jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("dp"), P("dp")), out_specs=P()))
-    rows = NamedSharding(mesh, P("dp"))
-    per_process = BATCH // jax.process_count()
-    mine = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
-    x, y = (jax.make_array_from_process_local_data(rows, a[mine], a.shape) for a in data())
-    params = jax.device_put({"w": np.zeros((FEATURES, 1), np.float32), "b": np.zeros((1,), np.float32)},
-                            NamedSharding(mesh, P()))
+def train() -> dict:
+    """``STEPS`` Adam steps of a two-layer MLP on the global batch, with ``STRATEGY``."""
+    nn.seed(0)
+    model = nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, 2))
+    trainer = pj.Trainer(model, optax.adam(0.05), loss="mse", progress=False, strategy=STRATEGY)
+    rows = BATCH // jax.process_count()
+    mine = slice(jax.process_index() * rows, (jax.process_index() + 1) * rows)
+    x, y = (a[mine] for a in data())
     for _ in range(STEPS):
-        params = step(params, x, y)
-    return {k: np.asarray(v) for k, v in params.items()}
+        trainer.train_batch((x,), y)
+    trainer.sync_model()
+    return {name: np.asarray(value) for name, value in pj.nn.weights.state_dict(model).items()}
 
 
 if __name__ == "__main__":
-    mesh = Mesh(np.array(jax.devices()), ("dp",))
     print(f"process {jax.process_index()} of {jax.process_count()}: "
-          f"{jax.local_device_count()} local devices, {mesh.size} in the mesh")
-    params = train(mesh)
+          f"{jax.local_device_count()} local devices, {fleet.mesh().size} in the mesh")
+    params = train()
     if jax.process_index() == 0:
         np.savez(sys.argv[1], **params)

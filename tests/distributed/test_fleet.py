@@ -38,4 +38,5 @@ def test_errors():
     with pytest.raises(ValueError, match="fleet.init: strategy expects a Strategy"):
         fleet.init({"amp": "bf16"})
     with pytest.raises(ValueError, match="pipeline parallelism"):
-        pj.Trainer(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1), strategy=Strategy(pp_degree=2))
+        pj.Trainer(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1),
+                   strategy=Strategy(pp_degree=2, sharding={"stage": 1}))

@@ -1,12 +1,17 @@
-"""Pipeline parallel: GPipe and 1F1B equal the sequential model; recompute; bubble; errors."""
+"""Pipeline parallel: GPipe and 1F1B equal the sequential model; recompute; bubble; errors; the
+Trainer with a pipeline strategy trains as on one device."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import Mesh
 
 import paddlejax as pj
+from paddlejax import nn
+from paddlejax.distributed import Pipeline, Strategy
 from paddlejax.distributed.pipeline import (BACKWARD, FORWARD, IDLE, PipelineRunner, bubble, make_schedule)
+from paddlejax.nn.weights import state_dict
 from paddlejax.passes.pipeline import split_stages
 
 S, M, BATCH = 4, 8, 16
@@ -122,3 +127,76 @@ def test_plot_timeline_draws_one_bar_per_unit_of_work():
     ax = plot_timeline(make_schedule("1f1b", 4, 8))
     assert len(ax.patches) == 2 * 4 * 8
     assert ax.get_title().startswith("1f1b: bubble theory 3/11")
+
+
+# -- the Trainer with a pipeline strategy -------------------------------------------------------------
+def mlp():
+    nn.seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(),
+                         nn.Linear(16, 3))
+
+
+def pipelined(schedule="1f1b", stages=S, micro_batches=M, **kw):
+    return Strategy(pp_degree=stages, pipeline=Pipeline(stages=stages, micro_batches=micro_batches,
+                                                        schedule=schedule), **kw)
+
+
+def train(model, strategy, steps=3):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(steps, BATCH, 8)).astype(np.float32)
+    y = rng.integers(0, 3, (steps, BATCH)).astype(np.int32)
+    trainer = pj.Trainer(model, optax.adam(0.01), metrics=["accuracy"], progress=False, strategy=strategy)
+    losses = [trainer.train_batch((x[i],), y[i]) for i in range(steps)]
+    trainer.sync_model()
+    return trainer, losses
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    trainer, losses = train(mlp(), None)
+    return state_dict(trainer.model), losses
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_trainer_with_a_pipeline_strategy_trains_as_on_one_device(one_device, schedule):
+    want, want_losses = one_device
+    trainer, losses = train(mlp(), pipelined(schedule))
+    assert [len(st.ops) for st in trainer.pipeline.stages.stages] == [2, 2, 2, 1]  # balanced by FLOPs
+    assert dict(trainer.pipeline.mesh.shape) == {"pp": 4, "dp": 2}  # two pipelines, each on half the rows
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    got = state_dict(trainer.model)
+    assert_close(got, want)
+    assert not np.allclose(got["0.weight"], state_dict(mlp())["0.weight"])  # it did train
+    assert trainer.evaluate((np.ones((4, 8), np.float32), np.zeros(4, np.int32)))["acc"] >= 0
+
+
+class Marked(nn.Layer):
+    """Two stages cut by a mark: the first linear layer, then the rest."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.rest = nn.Linear(8, 16), nn.Sequential(nn.Tanh(), nn.Linear(16, 16), nn.Linear(16, 3))
+
+    def forward(self, x):
+        return self.rest(pj.ops.pipeline_stage(self.first(x)))
+
+
+def test_trainer_cuts_the_program_at_pipeline_stage_marks():
+    trainer, _ = train(Marked(), pipelined(stages=2, micro_batches=4), steps=1)
+    assert [[op.type for op in st.ops] for st in trainer.pipeline.stages.stages] == [
+        ["linear"], ["tanh", "linear", "linear"]]
+
+
+def test_trainer_pipeline_errors_say_what_is_wrong():
+    x, y = np.ones((BATCH, 8), np.float32), np.zeros(BATCH, np.int32)
+    with_stats = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1D(8), nn.Linear(8, 3))
+    with pytest.raises(ValueError, match=r"cannot carry the state .* \(1\.mean, 1\.variance: batch-norm"):
+        pj.Trainer(with_stats, optax.sgd(0.1), progress=False, strategy=pipelined()).train_batch((x,), y)
+    with pytest.raises(ValueError, match="4 stages asked for, but program 'Sequential' has only 3 op"):
+        pj.Trainer(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3)), optax.sgd(0.1), progress=False,
+                   strategy=pipelined()).train_batch((x,), y)
+    with pytest.raises(ValueError, match="batch size 12 is not divisible by strategy.pipeline.micro_batches=8 "
+                                         "x the data-parallel size 2"):
+        pj.Trainer(mlp(), optax.sgd(0.1), progress=False, strategy=pipelined()).train_batch((x[:12],), y[:12])
+    with pytest.raises(ValueError, match=r"sharding.stage=1 \(ZeRO\) cannot be combined with pipeline"):
+        pj.Trainer(mlp(), optax.sgd(0.1), strategy=pipelined(sharding={"stage": 1}))
