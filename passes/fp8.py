@@ -35,7 +35,7 @@ from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops.fp8 import quantize_fp8
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.fusion import stored_array
-from paddlejax.passes.quant import param_name
+from paddlejax.passes.quant import op_types, param_name
 
 CONVERTIBLE = ("linear", "matmul")
 MIN_COMPUTE_CAPABILITY = (8, 9)
@@ -98,10 +98,7 @@ class ConvertFp8(Pass):
     emulate: bool = False
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
-        types = [t for t in self.ops.replace(",", ":").split(":") if t]
-        unknown = sorted(set(types) - set(CONVERTIBLE))
-        if unknown:
-            raise ValueError(f"convert_fp8: cannot convert op types {unknown}; known: {list(CONVERTIBLE)}")
+        types = op_types(self.ops, CONVERTIBLE, "convert_fp8: cannot convert")
         problem = None if self.emulate else fp8_device_problem()
         if problem is not None:
             raise ValueError(f"convert_fp8: fp8 (e4m3) kernels need a GPU with compute capability >= 8.9 "

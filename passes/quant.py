@@ -48,6 +48,20 @@ QUANTIZABLE = ("conv2d", "depthwise_conv2d", "linear", "matmul")
 SCALE_SUFFIX = {"weight": "quant_scale", "input": "input_scale", "x": "x_scale", "y": "y_scale"}
 
 
+def op_types(option: str, known: tuple[str, ...], refusal: str) -> list[str]:
+    """The op types of an ``ops`` option (separated by ``:`` or ``,``), all in ``known``; the
+    error starts with ``refusal``.
+
+    >>> op_types("linear:conv2d", QUANTIZABLE, "cannot quantize")
+    ['linear', 'conv2d']
+    """
+    types = [t for t in option.replace(",", ":").split(":") if t]
+    unknown = sorted(set(types) - set(known))
+    if unknown:
+        raise ValueError(f"{refusal} op types {unknown}; known: {list(known)}")
+    return types
+
+
 def param_name(v: Value) -> str | None:
     """The name of the parameter ``v`` reads, or None when ``v`` is computed."""
     op = v.producer
@@ -96,10 +110,7 @@ class InsertFakeQuant(Pass):
     act_symmetric: bool = True
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
-        types = [t for t in self.ops.replace(",", ":").split(":") if t]
-        unknown = sorted(set(types) - set(QUANTIZABLE))
-        if unknown:
-            raise ValueError(f"insert_fake_quant: cannot quantize op types {unknown}; known: {list(QUANTIZABLE)}")
+        types = op_types(self.ops, QUANTIZABLE, "insert_fake_quant: cannot quantize")
         for option in ("weight_bits", "act_bits"):
             if getattr(self, option) not in (0, 4, 8):
                 raise ValueError(f"insert_fake_quant: {option} must be 8, 4 or 0 (float), got {getattr(self, option)}")
