@@ -600,11 +600,20 @@ class Trainer:
         restored = self.checkpoints.restore(like=self._checkpoint_tree())
         if restored is None:
             return
-        treedef = jax.tree.structure(self.state)
-        self.state = jax.tree.unflatten(treedef, [restored.state[k] for k in sorted(restored.state)])
+        leaves, treedef = jax.tree.flatten(self.state)
+        placed = [self._placed_like(restored.state[k], old) for k, old in zip(sorted(restored.state), leaves)]
+        self.state = jax.tree.unflatten(treedef, placed)
         self.epoch = restored.meta["epoch"]
         if restored.meta.get("loader") is not None:
             loader.load_state_dict(restored.meta["loader"])
+
+    @staticmethod
+    def _placed_like(restored, old):
+        """``restored`` where ``old`` lives: sharded like it (a ZeRO state stays sharded), or, for
+        an array on one device, uncommitted, so that jit may pair it with sharded ones."""
+        if len(old.sharding.device_set) > 1:
+            return jax.device_put(restored, old.sharding)
+        return jnp.asarray(np.asarray(restored))
 
     # -- logging ---------------------------------------------------------------------------------
     def _bar(self, total, initial, desc):

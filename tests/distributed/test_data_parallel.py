@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 import paddlejax as pj
+from paddlejax.train import LambdaCallback
 from paddlejax.distributed import DataParallel, Strategy, collective_stats, merge_gradients
 
 RNG = np.random.default_rng(0)
@@ -190,3 +191,25 @@ def test_trainer_gradient_merge_from_the_strategy_equals_its_accumulate():
     plain, _ = trained(None, optax.sgd(0.1), steps=4, accumulate=4)
     assert_same(model_params(merged), model_params(plain))
     assert not np.allclose(model_params(plain)["l1", "kernel"], np.asarray(MLP().l1.kernel.get_value()))
+
+
+
+def test_a_sharded_training_state_checkpoints_and_resumes(tmp_path):
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(64, 8)).astype(np.float32), rng.integers(0, 3, 64).astype(np.int32)
+    strategy = Strategy(sharding={"stage": 3})
+
+    def fit(epochs, folder):
+        steps = []
+        trainer = pj.Trainer(MLP(), optax.adam(0.01), progress=False, strategy=strategy, log_every=1,
+                             checkpoint_dir=str(folder), checkpoint_every=100,
+                             callbacks=[LambdaCallback(on_step_end=lambda t, step, logs: steps.append(step))])
+        trainer.fit((x, y), epochs=epochs, batch_size=16, shuffle=False)
+        return trainer, steps
+
+    fit(1, tmp_path / "run")  # stops after epoch 1, with a checkpoint at step 4
+    resumed, steps = fit(2, tmp_path / "run")
+    assert steps == [5, 6, 7, 8]  # only the second epoch ran: the sharded state came back from step 4
+    assert per_device_shapes(resumed.state["params"]) == {(25,)}
+    uninterrupted, _ = fit(2, tmp_path / "other")
+    assert_same(model_params(resumed), model_params(uninterrupted))
