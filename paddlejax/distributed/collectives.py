@@ -35,6 +35,9 @@ from jax import lax
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "collective-permute", "all-to-all")
 _INSTRUCTION = re.compile(r"=\s*(?P<shape>.+?)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<start>-start)?\(")
 _ARRAY = re.compile(r"\b(?P<dtype>pred|[subf]\d+|bf16|f8\w*|c\d+)\[(?P<dims>[\d,]*)\]")
+_COMPUTATION = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.-]+) .*\{$")
+_BRANCHES = re.compile(r"(?:branch_computations=\{(?P<list>[^}]*)\}|(?:true|false)_computation=(?P<one>%?[\w.-]+))")
+_NAME = re.compile(r"[\w.-]+")  # a computation's name where it is called (with or without "%")
 
 
 def buckets(leaves, bucket_mb: float) -> list[list[int]]:
@@ -102,19 +105,58 @@ def _arrays(shape: str) -> list[int]:
     return sizes
 
 
+def _computations(text: str) -> tuple[dict[str, list[str]], str | None]:
+    """The HLO module's computations (name -> instruction lines) and the entry's name."""
+    bodies, entry, current = {}, None, None
+    for line in text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m:
+            current = bodies.setdefault(m["name"], [])
+            entry = m["name"] if m["entry"] else entry
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            current.append(line)
+    return bodies, entry
+
+
+def _conditional(bodies: dict[str, list[str]], entry: str | None) -> set[str]:
+    """Computations that run only in a branch of a ``conditional`` (not on every execution)."""
+    if entry is None:
+        return set()
+    always, todo = set(), [entry]
+    while todo:
+        name = todo.pop()
+        if name in always or name not in bodies:
+            continue
+        always.add(name)
+        for line in bodies[name]:
+            branches = {b for m in _BRANCHES.finditer(line) for b in _NAME.findall(m["list"] or m["one"])}
+            callees = {c for c in _NAME.findall(line.split(" metadata=")[0].split("(", 1)[-1]) if c in bodies}
+            todo.extend(callees - branches)
+    return set(bodies) - always
+
+
 def collective_stats(compiled_or_hlo) -> dict[str, int]:
     """Counts of the collectives in HLO (a ``Compiled``, a ``Lowered`` that is compiled first, or
     HLO text such as ``lowered.as_text(dialect="hlo")``, before XLA's optimisations):
     ``{"all-reduce": instructions, "all-reduce buffers": arrays, "all-reduce bytes": result
-    bytes, ...}`` for all-reduce, reduce-scatter, all-gather, collective-permute and all-to-all.
+    bytes, "all-reduce conditional": instructions that run only in a branch of a conditional
+    (gradient merge's all-reduce, every k-th step), ...}`` for all-reduce, reduce-scatter,
+    all-gather, collective-permute and all-to-all.
 
     XLA's own combiner may merge several collectives into one instruction over a tuple; the
     ``buffers`` count still tells them apart. An async pair (``-start``/``-done``) counts once,
     with the ``-start`` result's arrays."""
-    stats = {k: 0 for op in COLLECTIVES for k in (op, f"{op} buffers", f"{op} bytes")}
-    for m in _INSTRUCTION.finditer(_hlo_text(compiled_or_hlo)):
-        sizes = _arrays(m["shape"])
-        stats[m["op"]] += 1
-        stats[f"{m['op']} buffers"] += len(sizes)
-        stats[f"{m['op']} bytes"] += sum(sizes)
+    stats = {k: 0 for op in COLLECTIVES for k in (op, f"{op} buffers", f"{op} bytes", f"{op} conditional")}
+    text = _hlo_text(compiled_or_hlo)
+    bodies, entry = _computations(text)
+    conditional = _conditional(bodies, entry)
+    for name, lines in bodies.items() if entry is not None else [(None, text.splitlines())]:
+        for m in _INSTRUCTION.finditer("\n".join(lines)):
+            sizes = _arrays(m["shape"])
+            stats[m["op"]] += 1
+            stats[f"{m['op']} buffers"] += len(sizes)
+            stats[f"{m['op']} bytes"] += sum(sizes)
+            stats[f"{m['op']} conditional"] += name in conditional
     return stats

@@ -11,6 +11,11 @@ multiple of the data-parallel size; device ``i`` owns the ``i``-th contiguous sl
 - stage 2: gradients reduce-scattered (``psum_scatter``: each device receives only its slice);
 - stage 3: parameters also stay sharded at rest and are all-gathered for the forward pass.
 
+Gradient merge (``strategy.gradient_merge.k_steps = k``) communicates once per update, as
+Paddle's does: below stage 2 every device adds its own gradients into a local buffer and the
+all-reduce runs on the ``k``-th micro-step only (inside a ``lax.cond``); at stages 2 and 3 each
+micro-step reduce-scatters and only the slice is accumulated, keeping the gradient memory sharded.
+
 Elementwise optax transformations (sgd, momentum, adam, weight decay) are exact on slices;
 transformations that look across the whole gradient are not: use :meth:`DataParallel.clip_by_global_norm`
 (it sums the squared norm over the slices) rather than ``optax.clip_by_global_norm``.
@@ -50,7 +55,12 @@ from paddlejax.distributed.strategy import Strategy
 
 def merge_gradients(tx: optax.GradientTransformation, k_steps: int, avg: bool = True):
     """``tx`` applied once every ``k_steps`` calls to the mean (``avg``) or the sum of the
-    gradients in between (Paddle's gradient merge, on ``optax.MultiSteps``)."""
+    gradients in between (Paddle's gradient merge, on ``optax.MultiSteps``), for one device.
+    :class:`DataParallel` merges before communicating instead; give it the plain ``tx``.
+
+    >>> import optax
+    >>> tx = merge_gradients(optax.sgd(0.1), k_steps=4)
+    """
     if k_steps == 1:
         return tx
     inner = tx if avg else optax.chain(optax.scale(k_steps), tx)  # MultiSteps averages
@@ -71,6 +81,7 @@ class DataParallel:
         self.axes = dp_axes(self.mesh)
         self.size = dp_size(self.mesh)
         self.stage = self.strategy.sharding.stage
+        self.k_steps = self.strategy.gradient_merge.k_steps
         self._unravel: Callable | None = None
         self._n = 0
 
@@ -97,8 +108,9 @@ class DataParallel:
         return math.ceil(self._n / self.size) * self.size
 
     def init(self, params: dict, tx: optax.GradientTransformation) -> dict:
-        """The state ``{"params", "opt"}`` for ``params`` placed on the mesh: optimizer state
-        (ZeRO >= 1) and parameters (ZeRO-3) as a flat vector sharded over the devices."""
+        """The state ``{"params", "opt", "merge"}`` for ``params`` placed on the mesh: optimizer
+        state (ZeRO >= 1) and parameters (ZeRO-3) as a flat vector sharded over the devices;
+        ``merge`` holds the gradient-merge buffer and micro-step count (empty when ``k_steps`` is 1)."""
         flat, self._unravel = ravel_pytree(params)
         self._n = flat.size
         if self.stage == 0:
@@ -106,6 +118,7 @@ class DataParallel:
         else:
             flat = self._flat(params)
             state = {"params": flat if self.stage == 3 else params, "opt": tx.init(flat)}
+        state["merge"] = self._merge_buffer(params) if self.k_steps > 1 else {}
         # fresh buffers: steps donate the state, which must not free the caller's arrays
         state = jax.tree.map(lambda x: jnp.array(x, copy=True), state)
         return jax.device_put(state, jax.tree.map(self.sharding, self.specs(state)))
@@ -117,8 +130,10 @@ class DataParallel:
             sliced = self.stage and leaf.ndim == 1 and leaf.shape[0] == self._padded
             return P(self.axes) if sliced else P()
 
+        merge = {"grads": jax.tree.map(lambda _: P(self.axes), state["merge"]["grads"]), "count": P()} \
+            if state["merge"] else {}
         return {"params": jax.tree.map(lambda _: self.params_spec, state["params"]),
-                "opt": jax.tree.map(spec, state["opt"])}
+                "opt": jax.tree.map(spec, state["opt"]), "merge": merge}
 
     def full_params(self, params):
         """The parameters as a dict from :meth:`init`'s layout (outside ``shard_map``)."""
@@ -129,12 +144,14 @@ class DataParallel:
         parameters (XLA all-gathers them)."""
         if self.stage not in (1, 2):
             return params
-        return jax.lax.with_sharding_constraint(self._unravel(params[:self._n]), self.sharding())
+        # gather the flat vector whole (one all-gather), then cut it into parameters locally
+        flat = jax.lax.with_sharding_constraint(params, self.sharding())
+        return jax.lax.with_sharding_constraint(self._unravel(flat[:self._n]), self.sharding())
 
     def update_specs(self, state: dict) -> dict:
         """The ``out_specs`` of :meth:`update`'s parameters and optimizer state."""
         specs = self.specs(state)
-        return {"params": P(self.axes) if self.stage else specs["params"], "opt": specs["opt"]}
+        return {**specs, "params": P(self.axes) if self.stage else specs["params"]}
 
     def shard_batch(self, batch):
         """``batch`` (a pytree of arrays with a leading batch axis) split over the devices.
@@ -174,17 +191,56 @@ class DataParallel:
         return self._slice(self._flat(mean)) if self.stage == 1 else mean
 
     def all_finite(self, grads) -> jax.Array:
-        """Whether every gradient is finite on every device (slices are checked together)."""
+        """Whether every device's ``grads`` (its own, or its slice) are all finite."""
         ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
-        return lax.pmin(ok.astype(jnp.int32), self.axes).astype(bool) if self.stage else ok
+        return lax.pmin(ok.astype(jnp.int32), self.axes).astype(bool)
+
+    def _owned(self, params):
+        """The parameters :meth:`update` updates: all of them, or (ZeRO) this device's slice."""
+        if self.stage in (1, 2):
+            return self._slice(self._flat(params))
+        return params
 
     def update(self, grads, params, opt, tx: optax.GradientTransformation):
         """Apply ``tx`` to :meth:`reduce_gradients`' result: returns (parameters or this device's
         slice of them, optimizer state)."""
-        if self.stage:
-            params = params if self.stage == 3 else self._slice(self._flat(params))
+        params = self._owned(params)
         deltas, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, deltas), opt
+
+    def _merge_buffer(self, params) -> dict:
+        """Zeros for the merged gradients: each device's own (a leading device axis on every
+        leaf), or at stages 2/3 its slice of the flat vector; and the micro-step count."""
+        if self.stage >= 2:
+            grads = jnp.zeros(self._padded, jnp.result_type(*jax.tree.leaves(params)))
+        else:
+            grads = jax.tree.map(lambda p: jnp.zeros((self.size, *jnp.shape(p)), jnp.result_type(p)), params)
+        return {"grads": grads, "count": jnp.int32(0)}
+
+    def apply_gradients(self, grads, params, opt, merge: dict, tx: optax.GradientTransformation):
+        """This device's own ``grads`` averaged over the devices and applied by ``tx``, or, under
+        gradient merge, added to ``merge`` and applied (mean or sum, as ``gradient_merge.avg``
+        says) on every ``k_steps``-th call. Returns (parameters or this device's slice of them,
+        optimizer state, merge state)."""
+        if self.k_steps == 1:
+            return (*self.update(self.reduce_gradients(grads), params, opt, tx), merge)
+        if self.stage >= 2:
+            acc = merge["grads"] + self.reduce_gradients(grads)
+        else:
+            acc = jax.tree.map(lambda a, g: a + g[None], merge["grads"], grads)
+        count = merge["count"] + 1
+        scale = 1 / self.k_steps if self.strategy.gradient_merge.avg else 1.0
+
+        def apply(acc):
+            mean = acc if self.stage >= 2 else self.reduce_gradients(jax.tree.map(lambda a: a[0], acc))
+            new_params, new_opt = self.update(jax.tree.map(lambda g: g * scale, mean), params, opt, tx)
+            return new_params, new_opt, jax.tree.map(jnp.zeros_like, acc)
+
+        def hold(acc):
+            return self._owned(params), opt, acc
+
+        params, opt, acc = lax.cond(count % self.k_steps == 0, apply, hold, acc)
+        return params, opt, {"grads": acc, "count": count}
 
     def clip_by_global_norm(self, max_norm: float) -> optax.GradientTransformation:
         """``optax.clip_by_global_norm`` that is exact when gradients are ZeRO slices (the squared
@@ -212,14 +268,14 @@ class DataParallel:
 
         def per_device(state, batch):
             loss, grads = jax.value_and_grad(loss_fn)(self.local_params(state["params"]), batch)
-            params, opt = self.update(self.reduce_gradients(grads), state["params"], state["opt"], tx)
-            return {"params": params, "opt": opt}, psum(loss, self.axes) / self.size
+            params, opt, merge = self.apply_gradients(grads, state["params"], state["opt"], state["merge"], tx)
+            return {"params": params, "opt": opt, "merge": merge}, psum(loss, self.axes) / self.size
 
         def step(state, batch):
             sharded = jax.shard_map(per_device, mesh=self.mesh, in_specs=(self.specs(state), self.batch_spec),
                                     out_specs=(self.update_specs(state), P()))
             new, loss = sharded(state, batch)
-            return {"params": self.gather(new["params"]), "opt": new["opt"]}, loss
+            return {**new, "params": self.gather(new["params"])}, loss
 
         jitted = jax.jit(step, donate_argnums=0)
 

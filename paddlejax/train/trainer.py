@@ -182,8 +182,9 @@ class Trainer:
         elif strategy is not None:
             from paddlejax.distributed import DataParallel
 
-            self.dp = DataParallel(strategy)
-            clip = self.dp.clip_by_global_norm
+            # the data-parallel step merges gradients itself, so that it communicates once per update
+            self.dp = DataParallel(strategy.replace(gradient_merge={"k_steps": accumulate, "avg": merge_avg}))
+            clip, accumulate = self.dp.clip_by_global_norm, 1
         self.tx = self._optimizer(optimizer or optax.sgd(0.01), grad_clip, weight_decay, accumulate, merge_avg, clip)
         self.ema_decay = ema
         self.callbacks = list(callbacks)
@@ -254,11 +255,13 @@ class Trainer:
         params = {n: values[n] for n in sorted(self.model_state.trainable)}
         scale = LossScale.dynamic() if self.amp == "float16" else LossScale.none()
         placed = self.dp.init(params, self.tx) if self.dp is not None else {"params": params,
-                                                                             "opt": self.tx.init(params)}
+                                                                             "opt": self.tx.init(params),
+                                                                             "merge": {}}
         self.state = {
             "params": placed["params"],
             "extra": {n: v for n, v in values.items() if n not in params},
             "opt": placed["opt"],
+            "merge": placed["merge"],
             "ema": jax.tree.map(lambda p: p, placed["params"]) if self.ema_decay else {},
             "loss_scale": scale,
             "step": jnp.int32(0),
@@ -321,34 +324,37 @@ class Trainer:
         finite = all_finite(grads) & jnp.isfinite(loss)
         deltas, opt = self.tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], deltas)
-        return self._commit(state, sums, params, opt, updates, loss, self._batch_sums(outputs, labels, loss), finite)
+        return self._commit(state, sums, (params, opt, {}), updates, loss, self._batch_sums(outputs, labels, loss),
+                            finite)
 
     def _data_parallel_update(self, state, inputs, labels):
-        """The step's per-device part under ``shard_map``: local gradients, averaged; the update
-        (of this device's ZeRO slice); loss, state updates and metric sums of the whole batch."""
+        """The step's per-device part under ``shard_map``: local gradients, averaged (or merged);
+        the update (of this device's ZeRO slice); loss, state updates and metric sums of the whole
+        batch. Returns the new ``(params, opt, merge)`` and the rest as :meth:`_commit` takes it."""
         dp = self.dp
         mean = lambda v: lax.psum(v, dp.axes) / dp.size  # noqa: E731
 
-        def per_device(params, extra, scale, opt, inputs, labels):
+        def per_device(params, extra, scale, opt, merge, inputs, labels):
             grads, (loss, outputs, updates) = self._gradients(dp.local_params(params), extra, scale, inputs, labels)
-            grads = scale.unscale(dp.reduce_gradients(grads))
+            grads = scale.unscale(grads)
             sums = jax.tree.map(lambda v: lax.psum(v, dp.axes), self._batch_sums(outputs, labels, loss))
             # batch-norm statistics differ per device: keep their mean (keys and counters agree already)
             updates = {n: mean(v) if jax.typeof(v).vma and jnp.issubdtype(v.dtype, jnp.floating) else v
                        for n, v in updates.items()}
             loss = mean(loss)
             finite = dp.all_finite(grads) & jnp.isfinite(loss)
-            params, opt = dp.update(grads, params, opt, self.tx)
-            return params, opt, updates, loss, sums, finite
+            params, opt, merge = dp.apply_gradients(grads, params, opt, merge, self.tx)
+            return (params, opt, merge), updates, loss, sums, finite
 
         specs = dp.specs(state)
         out = dp.update_specs(state)
         sharded = jax.shard_map(per_device, mesh=dp.mesh,
-                                in_specs=(specs["params"], P(), P(), specs["opt"], dp.batch_spec, dp.batch_spec),
-                                out_specs=(out["params"], out["opt"], P(), P(), P(), P()))
-        params, opt, updates, loss, batch, finite = sharded(state["params"], state["extra"], state["loss_scale"],
-                                                           state["opt"], inputs, labels)
-        return dp.gather(params), opt, updates, loss, batch, finite
+                                in_specs=(specs["params"], P(), P(), specs["opt"], specs["merge"], dp.batch_spec,
+                                          dp.batch_spec),
+                                out_specs=((out["params"], out["opt"], out["merge"]), P(), P(), P(), P()))
+        (params, opt, merge), updates, loss, batch, finite = sharded(
+            state["params"], state["extra"], state["loss_scale"], state["opt"], state["merge"], inputs, labels)
+        return (dp.gather(params), opt, merge), updates, loss, batch, finite
 
     def _pipeline_update(self, state, inputs, labels):
         """Loss and gradients from the pipelined stages, then the usual update; metrics (if any)
@@ -364,22 +370,24 @@ class Trainer:
         outputs = None
         if self.metrics:
             outputs = self.train_program.apply(lax.stop_gradient({**state["params"], **extra}), *inputs)[0]
-        return params, opt, {}, loss, self._batch_sums(outputs, labels, loss), finite
+        return (params, opt, {}), {}, loss, self._batch_sums(outputs, labels, loss), finite
 
-    def _commit(self, state, sums, params, opt, updates, loss, batch, finite):
-        """The new state after an update (a non-finite fp16 step keeps all but the loss scale)."""
+    def _commit(self, state, sums, trained, updates, loss, batch, finite):
+        """The new state after an update, ``trained = (params, opt, merge)`` (a non-finite fp16
+        step keeps all but the loss scale)."""
         new_scale, apply = state["loss_scale"].adjust(finite)
         extra = {**state["extra"], **updates}
         if state["loss_scale"].is_dynamic:  # a skipped step keeps everything but the scale
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
-            params, opt, extra = keep(params, state["params"]), keep(opt, state["opt"]), keep(extra, state["extra"])
+            trained, extra = keep(trained, (state["params"], state["opt"], state["merge"])), keep(extra, state["extra"])
+        params, opt, merge = trained
         ema = state["ema"]
         if self.ema_decay:
             t = state["step"].astype(jnp.float32)
             decay = jnp.minimum(self.ema_decay, (1 + t) / (10 + t))
             ema = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema, params)
-        new_state = {"params": params, "extra": extra, "opt": opt, "ema": ema, "loss_scale": new_scale,
-                     "step": state["step"] + 1}
+        new_state = {"params": params, "extra": extra, "opt": opt, "merge": merge, "ema": ema,
+                     "loss_scale": new_scale, "step": state["step"] + 1}
         return new_state, jax.tree.map(jnp.add, sums, batch), loss, finite
 
     def _params(self, params) -> dict:

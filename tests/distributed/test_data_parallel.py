@@ -117,21 +117,41 @@ def test_zero2_reduce_scatters_gradients_and_zero3_gathers_parameters():
     zero2, zero3 = (collective_stats(lowered(Strategy(sharding={"stage": s}))) for s in (2, 3))
     assert zero2["reduce-scatter"] == 1 and zero2["reduce-scatter bytes"] == 51 * 4
     assert zero2["all-reduce"] == 1  # the loss
-    # ZeRO-2 gathers the updated parameters (XLA: one all-gather per parameter, from the flat
-    # slices); ZeRO-3 gathers the flat vector once before the forward pass and keeps it sharded
-    assert zero2["all-gather"] >= 1 and zero3["all-gather"] == 1
-    assert zero3["all-gather bytes"] == 408 * 4 and zero3["reduce-scatter"] == 1
+    # ZeRO-2 gathers the updated flat vector after the update; ZeRO-3 gathers it before the
+    # forward pass and keeps it sharded at rest: one all-gather each, nothing else moved
+    assert (zero2["all-gather"], zero2["all-gather bytes"], zero2["collective-permute"]) == (1, 408 * 4, 0)
+    assert (zero3["all-gather"], zero3["all-gather bytes"], zero3["reduce-scatter"]) == (1, 408 * 4, 1)
 
 
-@pytest.mark.parametrize("stage", [0, 2])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_gradient_merge_of_four_micro_batches_equals_one_step_on_the_whole_batch(stage):
     big = (jnp.concatenate([b[0] for b in BATCHES[:4]]), jnp.concatenate([b[1] for b in BATCHES[:4]]))
-    tx = merge_gradients(optax.adam(0.01), k_steps=4)
-    dp, state = data_parallel(Strategy(sharding={"stage": stage}, gradient_merge={"k_steps": 4}), tx, BATCHES[:4])
+    merge = Strategy(sharding={"stage": stage}, gradient_merge={"k_steps": 4})
+    dp, state = data_parallel(merge, optax.adam(0.01), BATCHES[:4])
     assert_same(dp.full_params(state["params"]), single_device(optax.adam(0.01), [big]))
-    summed = merge_gradients(optax.sgd(0.1), k_steps=4, avg=False)
-    _, state = data_parallel(Strategy(), summed, BATCHES[:4])
+    assert int(state["merge"]["count"]) == 4
+    dp, state = data_parallel(merge, optax.adam(0.01), BATCHES[:3])  # three micro-steps: no update yet
+    for name, value in dp.full_params(state["params"]).items():
+        np.testing.assert_array_equal(value, PARAMS[name])
+
+
+def test_gradient_merge_without_avg_sums_the_micro_batch_gradients():
+    big = (jnp.concatenate([b[0] for b in BATCHES[:4]]), jnp.concatenate([b[1] for b in BATCHES[:4]]))
+    _, state = data_parallel(Strategy(gradient_merge={"k_steps": 4, "avg": False}), optax.sgd(0.1), BATCHES[:4])
     assert_same(state["params"], single_device(optax.sgd(0.4), [big]))
+
+
+def test_gradient_merge_communicates_gradients_only_on_the_updating_micro_step():
+    """Below stage 2 the six gradient all-reduces sit in the branch of a conditional that runs on
+    every k-th step (Paddle's merge; the loss's all-reduce runs every step). Stage 2 reduce-
+    scatters every micro-step instead, so that its buffer is a slice."""
+    merge = {"k_steps": 4}
+    program = lambda strategy: lowered(strategy).as_text(dialect="hlo")  # noqa: E731
+    merged, plain = collective_stats(program(Strategy(gradient_merge=merge))), collective_stats(program(Strategy()))
+    assert (merged["all-reduce"], merged["all-reduce conditional"]) == (7, 6)
+    assert (plain["all-reduce"], plain["all-reduce conditional"]) == (7, 0)
+    zero2 = collective_stats(program(Strategy(sharding={"stage": 2}, gradient_merge=merge)))
+    assert (zero2["reduce-scatter"], zero2["reduce-scatter conditional"]) == (1, 0)
 
 
 def test_clip_by_global_norm_is_exact_on_zero_slices():
