@@ -64,6 +64,15 @@ def _spec(x) -> InputSpec:
     return InputSpec((None, *x.shape[1:]), jnp.result_type(x).name)
 
 
+def _local_rows(out: jax.Array) -> np.ndarray:
+    """The rows of a batch-sharded result that live on this process, in order (all of them in a
+    single process)."""
+    if out.is_fully_addressable:
+        return np.asarray(out)
+    pieces = {shard.index[0].start or 0: shard.data for shard in out.addressable_shards}
+    return np.concatenate([np.asarray(pieces[start]) for start in sorted(pieces)])
+
+
 class _PipelineStep:
     """The pipeline-parallel part of a Trainer's step: the training program split into stages,
     and loss and gradients from :class:`~paddlejax.distributed.pipeline.PipelineRunner`."""
@@ -137,7 +146,10 @@ class Trainer:
             ``fleet.distributed_optimizer``, which carries one): the step runs data parallel over
             every device (the batch split over them, gradients averaged; ZeRO sharding, fused or
             hierarchical all-reduce, gradient merge, amp and recompute as the strategy says); loss
-            and metrics are those of the whole batch. Evaluation and prediction run replicated.
+            and metrics are those of the whole batch. Evaluation and prediction split their
+            batches over the devices too (a last batch they do not divide runs whole); in a run
+            of several processes each passes its own rows, ``evaluate`` gives the metrics of all
+            of them and ``predict`` the outputs of this process's rows.
             With ``pp_degree`` / ``pipeline.stages`` ``S > 1`` the step is pipeline parallel
             instead: the training program is split into ``S`` stages (at ``pj.ops.pipeline_stage``
             marks, else balanced by FLOPs), run by
@@ -551,7 +563,7 @@ class Trainer:
             inputs, labels = self._split(batch)
             self._build(inputs)
             sums = self._zero_sums(inputs, labels) if sums is None else sums
-            sums = self._eval_step(self.state, sums, inputs, labels)
+            sums = self._eval_step(self.state, sums, *self._spread((inputs, labels)))
         if sums is None:
             raise ValueError("Trainer.evaluate: the data gives no batch")
         return self._results(sums)
@@ -567,8 +579,19 @@ class Trainer:
             inputs = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             inputs = inputs[:len(self.specs)] if self.specs else inputs
             self._build(inputs)
-            outs.append(jax.device_get(self._predict_step(self.state, inputs)))
+            outs.append(jax.tree.map(_local_rows, self._predict_step(self.state, self._spread(inputs))))
         return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+
+    def _spread(self, batch):
+        """``batch`` split over the data-parallel devices (XLA partitions the jitted evaluation
+        along it), or as it is without data parallelism or when its size does not divide (in a
+        single process: across processes every batch must)."""
+        if self.dp is None:
+            return batch
+        rows = {np.shape(leaf)[0] for leaf in jax.tree.leaves(batch)}
+        if jax.process_count() == 1 and any(n % self.dp.size for n in rows):
+            return batch
+        return self.dp.shard_batch(batch)
 
     def inference_program(self) -> Program:
         """The model in eval mode as a program holding the current (EMA) weights, ready to save

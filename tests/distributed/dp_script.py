@@ -5,8 +5,9 @@ every process.
     paddlejax launch --nproc 2 --devices-per-proc 4 dp_script.py OUT.npz
 
 Each process feeds the Trainer only its own rows of the global batch (as a data loader per rank
-would); the step averages the gradients over all of them. Process 0 writes the final parameters
-to OUT.npz.
+would); the step averages the gradients over all of them, evaluation sums the loss over all of
+them. Process 0 writes the final parameters, the evaluation loss and the predictions for its own
+rows to OUT.npz.
 """
 import os
 import sys
@@ -38,7 +39,8 @@ def data():
 
 
 def train() -> dict:
-    """``STEPS`` Adam steps of a two-layer MLP on the global batch, with ``STRATEGY``."""
+    """``STEPS`` Adam steps of a two-layer MLP on the global batch, with ``STRATEGY``; then the
+    parameters, the evaluation loss and this process's predictions."""
     nn.seed(0)
     model = nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, 2))
     trainer = pj.Trainer(model, optax.adam(0.05), loss="mse", progress=False, strategy=STRATEGY)
@@ -48,7 +50,10 @@ def train() -> dict:
     for _ in range(STEPS):
         trainer.train_batch((x,), y)
     trainer.sync_model()
-    return {name: np.asarray(value) for name, value in pj.nn.weights.state_dict(model).items()}
+    results = {name: np.asarray(value) for name, value in pj.nn.weights.state_dict(model).items()}
+    results["eval_loss"] = trainer.evaluate((x, y), batch_size=rows // 2)["loss"]
+    results["predictions"] = trainer.predict(x, batch_size=rows // 2)
+    return results
 
 
 if __name__ == "__main__":

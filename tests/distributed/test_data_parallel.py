@@ -2,6 +2,8 @@
 sharded optimizer state, gradient merge, fused and hierarchical all-reduce in the compiled HLO."""
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,9 +110,13 @@ def test_hierarchical_all_reduce_sums_within_then_across_nodes():
     assert dict(dp.mesh.shape) == {"inter": 2, "intra": 4}
     assert_same(state["params"], single_device(optax.sgd(0.1)))
     hlo = lowered(strategy).compile().as_text()
-    groups = {line.split("replica_groups=")[1].split("}}")[0] + "}}" for line in hlo.splitlines()
-              if " all-reduce(" in line}
-    assert {"{{0,1,2,3},{4,5,6,7}}", "{{0,4},{1,5},{2,6},{3,7}}"} <= groups
+    groups = {re.search(r"replica_groups=(\{\{.*?\}\}|mesh\[[^]]*\] \{[^}]*\})", line)[1]
+              for line in hlo.splitlines() if " all-reduce(" in line}
+    # device ids (jax 0.10), or the mesh axes they come from (0.11): within a node, then across
+    within, across = "{{0,1,2,3},{4,5,6,7}}", "{{0,4},{1,5},{2,6},{3,7}}"
+    if not {within, across} <= groups:
+        mesh = "mesh['inter'=2,'intra'=4]"
+        assert {f"{mesh} {{'intra'}}", f"{mesh} {{'inter'}}"} <= groups, groups
 
 
 def test_zero2_reduce_scatters_gradients_and_zero3_gathers_parameters():
@@ -233,3 +239,15 @@ def test_a_sharded_training_state_checkpoints_and_resumes(tmp_path):
     assert per_device_shapes(resumed.state["params"]) == {(25,)}
     uninterrupted, _ = fit(2, tmp_path / "other")
     assert_same(model_params(resumed), model_params(uninterrupted))
+
+
+def test_evaluate_and_predict_under_a_strategy_equal_one_device_including_a_last_partial_batch():
+    one, _ = trained(None, optax.adam(0.01))
+    many, _ = trained(Strategy(sharding={"stage": 3}), optax.adam(0.01))
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(20, 8)).astype(np.float32), rng.integers(0, 3, 20).astype(np.int32)
+    want, got = one.evaluate((x, y), batch_size=16), many.evaluate((x, y), batch_size=16)  # 16 split, 4 whole
+    assert got.keys() == want.keys()
+    for key in want:
+        assert abs(got[key] - want[key]) <= 1e-5 * max(1.0, abs(want[key])), key
+    np.testing.assert_allclose(many.predict(x, batch_size=16), one.predict(x, batch_size=16), rtol=1e-5, atol=1e-6)

@@ -52,10 +52,15 @@ def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path)
 
     launched = np.load(tmp_path / "params.npz")
     reference = runpy.run_path(str(DP_SCRIPT))["train"]()  # the same Trainer on 8 devices, one process
-    assert set(launched) == set(reference) == {"0.weight", "0.bias", "2.weight", "2.bias"}
-    for name, want in reference.items():
-        assert np.abs(launched[name] - want).max() <= 1e-5 * np.abs(want).max()
+    assert set(launched) == set(reference) == {"0.weight", "0.bias", "2.weight", "2.bias", "eval_loss",
+                                               "predictions"}
+    for name in ("0.weight", "0.bias", "2.weight", "2.bias", "eval_loss"):
+        want = reference[name]
+        assert np.abs(launched[name] - want).max() <= 1e-5 * np.abs(want).max(), name
     assert np.abs(reference["2.bias"]).max() > 0.1  # it did train (biases start at zero)
+    # evaluation covered both processes' rows; rank 0 predicted its own half of the batch
+    assert launched["predictions"].shape == (16, 2) and reference["predictions"].shape == (32, 2)
+    np.testing.assert_allclose(launched["predictions"], reference["predictions"][:16], rtol=1e-5, atol=1e-6)
 
 
 def test_a_failing_rank_stops_the_others_and_its_error_and_exit_code_are_shown(tmp_path):
