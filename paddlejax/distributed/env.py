@@ -7,7 +7,8 @@ The launcher gives every process these variables:
 - ``PADDLEJAX_NUM_PROCESSES``: processes in the whole run (all nodes);
 - ``PADDLEJAX_PROCESS_ID``: this process's rank, ``0 .. num_processes - 1``;
 - ``PADDLEJAX_LOCAL_RANK``: its rank on this node;
-- ``PADDLEJAX_DEVICES_PER_PROC``: host (CPU) devices per process, when asked for.
+- ``PADDLEJAX_DEVICES_PER_PROC``: devices per process, when asked for: ``K`` host (CPU) devices,
+  and on a GPU node the ``K`` GPUs ``local_rank * K .. local_rank * K + K - 1``.
 
 A script outside a launch sees none of them, and :func:`init_from_env` leaves JAX alone:
 
@@ -47,9 +48,10 @@ def init_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int] |
     when this process was not launched (no ``PADDLEJAX_COORDINATOR`` in ``environ``, default
     ``os.environ``).
 
-    Sets ``jax_num_cpu_devices`` to ``PADDLEJAX_DEVICES_PER_PROC`` (when given) and calls
-    ``jax.distributed.initialize``; afterwards ``jax.devices()`` lists the devices of every
-    process. Must run before JAX starts its backend (``RuntimeError`` saying so otherwise);
+    With ``PADDLEJAX_DEVICES_PER_PROC = K`` it sets ``jax_num_cpu_devices`` to ``K`` and gives
+    this process the node's GPUs ``local_rank * K`` to ``local_rank * K + K - 1``
+    (``local_device_ids``); then it calls ``jax.distributed.initialize``, after which
+    ``jax.devices()`` lists the devices of every process. Must run before JAX starts its backend (``RuntimeError`` saying so otherwise);
     calling it again once joined returns the same pair.
 
     From then on an uncaught exception ends the process right after its traceback is printed
@@ -72,7 +74,8 @@ def init_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int] |
     try:
         if devices is not None:
             jax.config.update("jax_num_cpu_devices", devices)
-        jax.distributed.initialize(env[COORDINATOR], num_processes=num_processes, process_id=process_id)
+        jax.distributed.initialize(env[COORDINATOR], num_processes=num_processes, process_id=process_id,
+                                   local_device_ids=local_device_ids(env))
     except RuntimeError as e:
         # jax's own errors for "config/initialize called after the backend started" say "before"
         if "before" in str(e):
@@ -80,6 +83,21 @@ def init_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int] |
         raise
     sys.excepthook = _exit_at_once(sys.excepthook)
     return process_id, num_processes
+
+
+def local_device_ids(environ: Mapping[str, str] | None = None) -> list[int] | None:
+    """The node's GPUs this launched process gets: ``K = PADDLEJAX_DEVICES_PER_PROC`` of them
+    from ``local_rank * K`` (``None``: no ``--devices-per-proc``, every GPU stays visible).
+
+    >>> local_device_ids({"PADDLEJAX_LOCAL_RANK": "1", "PADDLEJAX_DEVICES_PER_PROC": "4"})
+    [4, 5, 6, 7]
+    """
+    env = os.environ if environ is None else environ
+    if DEVICES_PER_PROC not in env:
+        return None
+    devices = _int_var(env, DEVICES_PER_PROC)
+    first = _int_var(env, LOCAL_RANK) * devices
+    return list(range(first, first + devices))
 
 
 def _exit_at_once(report):

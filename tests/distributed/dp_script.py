@@ -58,7 +58,8 @@ def train() -> dict:
 
 if __name__ == "__main__":
     print(f"process {jax.process_index()} of {jax.process_count()}: "
-          f"{jax.local_device_count()} local devices, {fleet.mesh().size} in the mesh")
+          f"{jax.local_device_count()} local devices, {fleet.mesh().size} in the mesh; "
+          f"GPU ids if any: {env.local_device_ids()}")
     params = train()
     if jax.process_index() == 0:
         np.savez(sys.argv[1], **params)

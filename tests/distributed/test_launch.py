@@ -46,8 +46,9 @@ def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path)
     result = run_launch("--nproc", 2, "--devices-per-proc", 4, "--log-dir", tmp_path / "log",
                         DP_SCRIPT, tmp_path / "params.npz", cwd=tmp_path)
     assert result.returncode == 0, result.stderr + result.stdout
-    assert "[rank0] process 0 of 2: 4 local devices, 8 in the mesh" in result.stdout
-    assert "process 1 of 2: 4 local devices, 8 in the mesh" in (tmp_path / "log" / "rank1.log").read_text()
+    assert "[rank0] process 0 of 2: 4 local devices, 8 in the mesh; GPU ids if any: [0, 1, 2, 3]" in result.stdout
+    assert ("process 1 of 2: 4 local devices, 8 in the mesh; GPU ids if any: [4, 5, 6, 7]"
+            in (tmp_path / "log" / "rank1.log").read_text())
     assert "[rank1]" not in result.stdout  # only rank 0 is echoed
 
     launched = np.load(tmp_path / "params.npz")
