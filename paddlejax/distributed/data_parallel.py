@@ -3,12 +3,14 @@
 its share, gradients are averaged (fused / hierarchical all-reduce, or reduce-scatter), and the
 optimizer updates the parameters -- whole, or each device its slice (ZeRO).
 
-ZeRO works on the parameters flattened into one vector (``ravel_pytree``), zero-padded to a
-multiple of the data-parallel size; device ``i`` owns the ``i``-th contiguous slice:
+ZeRO works on the parameters flattened into one vector and split over the devices bucket by
+bucket (:class:`~paddlejax.distributed.zero.FlatLayout`: one bucket per parameter, or with
+``fuse_all_reduce`` buckets of ``fuse_grad_size_in_MB``); each device owns a slice:
 
 - stage 1: gradients all-reduced; optimizer state sharded, each device updates its slice of
   the parameters, which are then all-gathered (outside ``shard_map``, by XLA);
-- stage 2: gradients reduce-scattered (``psum_scatter``: each device receives only its slice);
+- stage 2: gradients reduce-scattered, one ``psum_scatter`` per bucket (each device receives
+  only its slice);
 - stage 3: parameters also stay sharded at rest and are all-gathered for the forward pass.
 
 Gradient merge (``strategy.gradient_merge.k_steps = k``) communicates once per update, as
@@ -37,7 +39,6 @@ True
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import jax
@@ -45,12 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
-from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from paddlejax.distributed.collectives import all_reduce_mean, psum
 from paddlejax.distributed.mesh import check_batch, dp_axes, dp_size, make_mesh
 from paddlejax.distributed.strategy import Strategy
+from paddlejax.distributed.zero import FlatLayout
 
 
 def merge_gradients(tx: optax.GradientTransformation, k_steps: int, avg: bool = True):
@@ -82,8 +83,7 @@ class DataParallel:
         self.size = dp_size(self.mesh)
         self.stage = self.strategy.sharding.stage
         self.k_steps = self.strategy.gradient_merge.k_steps
-        self._unravel: Callable | None = None
-        self._n = 0
+        self.layout: FlatLayout | None = None  # set by init
 
     # -- layout ----------------------------------------------------------------------------------
     def sharding(self, spec: P = P()) -> NamedSharding:
@@ -99,24 +99,16 @@ class DataParallel:
         """Where the parameters live: replicated, or (ZeRO-3) the flat vector sharded."""
         return P(self.axes) if self.stage == 3 else P()
 
-    def _flat(self, tree) -> jax.Array:
-        flat, _ = ravel_pytree(tree)
-        return jnp.pad(flat, (0, self._padded - self._n))
-
-    @property
-    def _padded(self) -> int:
-        return math.ceil(self._n / self.size) * self.size
-
     def init(self, params: dict, tx: optax.GradientTransformation) -> dict:
         """The state ``{"params", "opt", "merge"}`` for ``params`` placed on the mesh: optimizer
         state (ZeRO >= 1) and parameters (ZeRO-3) as a flat vector sharded over the devices;
         ``merge`` holds the gradient-merge buffer and micro-step count (empty when ``k_steps`` is 1)."""
-        flat, self._unravel = ravel_pytree(params)
-        self._n = flat.size
+        s = self.strategy
+        self.layout = FlatLayout(params, self.size, s.fuse_grad_size_in_MB if s.fuse_all_reduce else None)
         if self.stage == 0:
             state = {"params": params, "opt": tx.init(params)}
         else:
-            flat = self._flat(params)
+            flat = self.layout.shard(params)
             state = {"params": flat if self.stage == 3 else params, "opt": tx.init(flat)}
         state["merge"] = self._merge_buffer(params) if self.k_steps > 1 else {}
         # fresh buffers: steps donate the state, which must not free the caller's arrays
@@ -124,10 +116,10 @@ class DataParallel:
         return jax.device_put(state, jax.tree.map(self.sharding, self.specs(state)))
 
     def specs(self, state: dict) -> dict:
-        """``PartitionSpec``s of :meth:`init`'s state: sliced leaves are those of the padded
-        flat length."""
+        """``PartitionSpec``s of :meth:`init`'s state: sliced leaves are those of the sharded
+        vector's length."""
         def spec(leaf):
-            sliced = self.stage and leaf.ndim == 1 and leaf.shape[0] == self._padded
+            sliced = self.stage and leaf.ndim == 1 and leaf.shape[0] == self.layout.length
             return P(self.axes) if sliced else P()
 
         merge = {"grads": jax.tree.map(lambda _: P(self.axes), state["merge"]["grads"]), "count": P()} \
@@ -137,7 +129,7 @@ class DataParallel:
 
     def full_params(self, params):
         """The parameters as a dict from :meth:`init`'s layout (outside ``shard_map``)."""
-        return self._unravel(params[:self._n]) if self.stage == 3 else params
+        return self.layout.tree(params) if self.stage == 3 else params
 
     def gather(self, params):
         """After :meth:`update` (outside ``shard_map``): ZeRO-1/2 slices back into replicated
@@ -146,7 +138,7 @@ class DataParallel:
             return params
         # gather the flat vector whole (one all-gather), then cut it into parameters locally
         flat = jax.lax.with_sharding_constraint(params, self.sharding())
-        return jax.lax.with_sharding_constraint(self._unravel(flat[:self._n]), self.sharding())
+        return jax.lax.with_sharding_constraint(self.layout.tree(flat), self.sharding())
 
     def update_specs(self, state: dict) -> dict:
         """The ``out_specs`` of :meth:`update`'s parameters and optimizer state."""
@@ -172,23 +164,23 @@ class DataParallel:
         """This device's full parameters, typed as varying so that ``jax.grad`` gives its own
         gradients (replicated inputs would be summed over the devices by the transpose)."""
         if self.stage == 3:  # all_gather's result is already varying
-            return self._unravel(lax.all_gather(params, self.axes, tiled=True)[:self._n])
+            return self.layout.tree(lax.all_gather(params, self.axes, tiled=True))
         return jax.tree.map(lambda p: lax.pcast(p, self.axes, to="varying"), params)
 
-    def _slice(self, flat):
-        size = self._padded // self.size
-        return lax.dynamic_slice_in_dim(flat, lax.axis_index(self.axes) * size, size)
+    def _slice(self, tree):
+        """This device's slice of ``tree`` (a whole tree shaped like the parameters)."""
+        return self.layout.local(tree, lax.axis_index(self.axes))
 
     def reduce_gradients(self, grads):
         """The mean of every device's ``grads``: the whole dict (ZeRO 0/1: all-reduce, fused and
-        hierarchical as the strategy says), or this device's flat slice (ZeRO 2/3:
-        reduce-scatter)."""
+        hierarchical as the strategy says), or this device's flat slice (ZeRO 2/3: a
+        reduce-scatter per bucket)."""
         s = self.strategy
         if self.stage >= 2:
-            return lax.psum_scatter(self._flat(grads), self.axes, tiled=True) / self.size
+            return self.layout.reduce_scatter(grads, self.axes) / self.size
         mean = all_reduce_mean(grads, self.axes, fuse=s.fuse_all_reduce, bucket_mb=s.fuse_grad_size_in_MB,
                                hierarchical=s.hierarchical_allreduce)
-        return self._slice(self._flat(mean)) if self.stage == 1 else mean
+        return self._slice(mean) if self.stage == 1 else mean
 
     def all_finite(self, grads) -> jax.Array:
         """Whether every device's ``grads`` (its own, or its slice) are all finite."""
@@ -198,7 +190,7 @@ class DataParallel:
     def _owned(self, params):
         """The parameters :meth:`update` updates: all of them, or (ZeRO) this device's slice."""
         if self.stage in (1, 2):
-            return self._slice(self._flat(params))
+            return self._slice(params)
         return params
 
     def update(self, grads, params, opt, tx: optax.GradientTransformation):
@@ -212,7 +204,7 @@ class DataParallel:
         """Zeros for the merged gradients: each device's own (a leading device axis on every
         leaf), or at stages 2/3 its slice of the flat vector; and the micro-step count."""
         if self.stage >= 2:
-            grads = jnp.zeros(self._padded, jnp.result_type(*jax.tree.leaves(params)))
+            grads = jnp.zeros(self.layout.length, self.layout.dtype)
         else:
             grads = jax.tree.map(lambda p: jnp.zeros((self.size, *jnp.shape(p)), jnp.result_type(p)), params)
         return {"grads": grads, "count": jnp.int32(0)}

@@ -117,7 +117,9 @@ class Strategy:
         recompute: rematerialise the forward pass in the backward pass (``jax.checkpoint``).
         gradient_merge: :class:`GradientMerge` (k_steps, avg).
         fuse_all_reduce: pack gradients into buckets of at most ``fuse_grad_size_in_MB``
-            megabytes and all-reduce each bucket with one collective (Paddle's default 32 MB).
+            megabytes and all-reduce each bucket with one collective (Paddle's default 32 MB);
+            under ZeRO-2/3 the buckets are reduce-scattered. Unfused: one collective per
+            parameter.
         hierarchical_allreduce: all-reduce within groups of ``dp_size / inter_nranks``
             neighbouring devices (a node), then across the ``hierarchical_allreduce_inter_nranks``
             groups.

@@ -59,7 +59,9 @@ OPTIMIZERS = {"sgd": lambda: optax.sgd(0.1), "adam": lambda: optax.adam(0.01)}
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_five_steps_equal_single_device_training(stage, opt):
     tx = OPTIMIZERS[opt]()
-    dp, state = data_parallel(Strategy(sharding={"stage": stage}), tx)
+    # stage 3 in three 1 KB buckets (b1+b2+b3+w1 | w2 | w3), the others one bucket per parameter
+    fused = {"fuse_all_reduce": True, "fuse_grad_size_in_MB": 1 / 1024} if stage == 3 else {}
+    dp, state = data_parallel(Strategy(sharding={"stage": stage}, **fused), tx)
     assert_same(dp.full_params(state["params"]), single_device(tx))
 
 
@@ -119,14 +121,20 @@ def test_hierarchical_all_reduce_sums_within_then_across_nodes():
         assert {f"{mesh} {{'intra'}}", f"{mesh} {{'inter'}}"} <= groups, groups
 
 
-def test_zero2_reduce_scatters_gradients_and_zero3_gathers_parameters():
-    zero2, zero3 = (collective_stats(lowered(Strategy(sharding={"stage": s}))) for s in (2, 3))
-    assert zero2["reduce-scatter"] == 1 and zero2["reduce-scatter bytes"] == 51 * 4
+def test_zero2_reduce_scatters_gradients_bucket_by_bucket_and_zero3_gathers_parameters():
+    stats = lambda stage, **fuse: collective_stats(lowered(Strategy(sharding={"stage": stage}, **fuse)))  # noqa: E731
+    zero2, zero3 = stats(2), stats(3)
+    # one reduce-scatter per parameter, each device receiving 1/8 of the 408 padded floats
+    assert (zero2["reduce-scatter"], zero2["reduce-scatter bytes"]) == (6, 51 * 4)
     assert zero2["all-reduce"] == 1  # the loss
+    # fused: buckets of fuse_grad_size_in_MB (1 KB: b1+b2+b3+w1 | w2 | w3), the same bytes
+    assert (stats(2, fuse_all_reduce=True)["reduce-scatter"], stats(3, fuse_all_reduce=True)["reduce-scatter"]) == (1, 1)
+    small = stats(2, fuse_all_reduce=True, fuse_grad_size_in_MB=1 / 1024)
+    assert (small["reduce-scatter"], small["reduce-scatter bytes"]) == (3, 51 * 4)
     # ZeRO-2 gathers the updated flat vector after the update; ZeRO-3 gathers it before the
     # forward pass and keeps it sharded at rest: one all-gather each, nothing else moved
     assert (zero2["all-gather"], zero2["all-gather bytes"], zero2["collective-permute"]) == (1, 408 * 4, 0)
-    assert (zero3["all-gather"], zero3["all-gather bytes"], zero3["reduce-scatter"]) == (1, 408 * 4, 1)
+    assert (zero3["all-gather"], zero3["all-gather bytes"], zero3["reduce-scatter"]) == (1, 408 * 4, 6)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
@@ -157,7 +165,7 @@ def test_gradient_merge_communicates_gradients_only_on_the_updating_micro_step()
     assert (merged["all-reduce"], merged["all-reduce conditional"]) == (7, 6)
     assert (plain["all-reduce"], plain["all-reduce conditional"]) == (7, 0)
     zero2 = collective_stats(program(Strategy(sharding={"stage": 2}, gradient_merge=merge)))
-    assert (zero2["reduce-scatter"], zero2["reduce-scatter conditional"]) == (1, 0)
+    assert (zero2["reduce-scatter"], zero2["reduce-scatter conditional"]) == (6, 0)
 
 
 def test_clip_by_global_norm_is_exact_on_zero_slices():
