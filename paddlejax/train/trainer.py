@@ -158,7 +158,8 @@ class Trainer:
             data parallel: ``pp_degree=4`` on 8 devices runs 2 pipelines on halves of each
             micro-batch); metrics take one more forward pass. The batch must divide by
             ``micro_batches`` times the data-parallel size, and the model may not update state in
-            its forward pass (batch-norm statistics).
+            its forward pass (batch-norm statistics). The stages may span processes; every
+            process then passes the whole batch.
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",

@@ -42,26 +42,39 @@ def pids(directory: pathlib.Path, ranks) -> list[int]:
     return [int((directory / f"pid{r}").read_text()) for r in ranks]
 
 
-def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path):
+def launched_and_reference(tmp_path, parallel):
+    """Process 0's results from ``dp_script.py`` launched as 2 processes x 4 devices, and the
+    same training in this process on its 8 devices."""
     result = run_launch("--nproc", 2, "--devices-per-proc", 4, "--log-dir", tmp_path / "log",
-                        DP_SCRIPT, tmp_path / "params.npz", cwd=tmp_path)
+                        DP_SCRIPT, tmp_path / "out.npz", *(["--pipeline"] if parallel == "pipeline" else []),
+                        cwd=tmp_path)
     assert result.returncode == 0, result.stderr + result.stdout
+    reference = runpy.run_path(str(DP_SCRIPT))["train"](parallel)
+    launched = np.load(tmp_path / "out.npz")
+    assert set(launched) == set(reference)
+    for name in set(reference) - {"predictions"}:
+        want = reference[name]
+        assert np.abs(launched[name] - want).max() <= 1e-5 * np.abs(want).max(), name
+    return result, launched, reference
+
+
+def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path):
+    result, launched, reference = launched_and_reference(tmp_path, "data")
     assert "[rank0] process 0 of 2: 4 local devices, 8 in the mesh; GPU ids if any: [0, 1, 2, 3]" in result.stdout
     assert ("process 1 of 2: 4 local devices, 8 in the mesh; GPU ids if any: [4, 5, 6, 7]"
             in (tmp_path / "log" / "rank1.log").read_text())
     assert "[rank1]" not in result.stdout  # only rank 0 is echoed
-
-    launched = np.load(tmp_path / "params.npz")
-    reference = runpy.run_path(str(DP_SCRIPT))["train"]()  # the same Trainer on 8 devices, one process
-    assert set(launched) == set(reference) == {"0.weight", "0.bias", "2.weight", "2.bias", "eval_loss",
-                                               "predictions"}
-    for name in ("0.weight", "0.bias", "2.weight", "2.bias", "eval_loss"):
-        want = reference[name]
-        assert np.abs(launched[name] - want).max() <= 1e-5 * np.abs(want).max(), name
+    assert {"0.weight", "0.bias", "2.weight", "2.bias", "eval_loss"} < set(reference)
     assert np.abs(reference["2.bias"]).max() > 0.1  # it did train (biases start at zero)
     # evaluation covered both processes' rows; rank 0 predicted its own half of the batch
     assert launched["predictions"].shape == (16, 2) and reference["predictions"].shape == (32, 2)
     np.testing.assert_allclose(launched["predictions"], reference["predictions"][:16], rtol=1e-5, atol=1e-6)
+
+
+def test_a_pipeline_whose_stages_span_two_processes_trains_like_one_process(tmp_path):
+    _, launched, reference = launched_and_reference(tmp_path, "pipeline")
+    assert np.abs(reference["6.bias"]).max() > 0.05  # it did train (biases start at zero)
+    np.testing.assert_allclose(launched["predictions"], reference["predictions"], rtol=1e-5, atol=1e-6)
 
 
 def test_a_failing_rank_stops_the_others_and_its_error_and_exit_code_are_shown(tmp_path):
