@@ -10,7 +10,9 @@ Three tables:
   share each stage recorded while running, and a pipeline step's time against the sequential
   step on one device;
 - step time of a fixed global batch on 1, 2, 4 and 8 devices, and ZeRO stages 0-3 with their
-  per-device optimizer state and parameter bytes.
+  per-device optimizer state and parameter bytes and their collectives;
+- gradient merge: collectives per update with k = 1 and 4 micro-steps (below ZeRO-2 the gradient
+  all-reduce runs only on the k-th), and the time per micro-step.
 
 The 8 devices are XLA host devices (``jax_num_cpu_devices``) that share this machine's cores,
 so the times measure the overhead of splitting the work, not a speed-up: 8 devices on 2 cores
@@ -155,18 +157,45 @@ def scaling_table(params, batch, timing) -> None:
         print(f"  {n:>8}{t:>10.2f}{t / ms[1]:>12.2f}x")
     print(f"    (not a scaling figure: the devices are {jax.device_count()} XLA host devices sharing the machine's "
           "cores)\n")
-    print("    ZeRO stages on 8 devices: per-device bytes of device 0")
-    runs, sizes = {}, {}
+    print("    ZeRO stages on 8 devices: per-device bytes of device 0; collectives in the compiled step "
+          "(all-reduce / reduce-scatter / all-gather)")
+    runs, sizes, counts = {}, {}, {}
     for stage in range(4):
         dp = DataParallel(Strategy(sharding={"stage": stage}))
         state = dp.init(params, tx)
         sizes[stage] = (per_device_bytes(state["opt"]), per_device_bytes(state["params"]))
+        stats = collective_stats(dp.train_step(mlp_loss, tx).lower(state, batch))
+        counts[stage] = "/".join(str(stats[op]) for op in ("all-reduce", "reduce-scatter", "all-gather"))
         runs[stage] = stepper(dp, params, tx, batch)
     ms = alternate(runs, *timing)
-    print(f"  {'stage':>8}{'step ms':>10}{'opt state KB':>14}{'params KB':>11}")
+    print(f"  {'stage':>8}{'step ms':>10}{'opt state KB':>14}{'params KB':>11}{'collectives':>13}")
     for stage, t in ms.items():
         opt, par = sizes[stage]
-        print(f"  {stage:>8}{t:>10.2f}{opt / 1024:>14.1f}{par / 1024:>11.1f}")
+        print(f"  {stage:>8}{t:>10.2f}{opt / 1024:>14.1f}{par / 1024:>11.1f}{counts[stage]:>13}")
+    print("    (ZeRO-2/3 reduce-scatter one bucket per parameter unless fuse_all_reduce packs them)\n")
+
+
+def merge_table(params, batch, timing, k: int = 4) -> None:
+    tx = optax.adam(1e-3)
+    print(f"(d) gradient merge on 8 devices: {k} micro-batches of {batch[0].shape[0]} per update; bytes all-reduced "
+          "or reduce-scattered per device, from the compiled HLO")
+    print(f"  {'strategy':<22}{'MB every micro-step':>21}{'MB on the k-th only':>21}{'MB per update':>15}"
+          f"{'ms / micro-step':>17}")
+    runs, rows = {}, {}
+    for stage in (0, 2):
+        for steps in (1, k):
+            name = f"ZeRO-{stage}, k_steps={steps}"
+            dp = DataParallel(Strategy(sharding={"stage": stage}, gradient_merge={"k_steps": steps}))
+            s = collective_stats(dp.train_step(mlp_loss, tx).lower(dp.init(params, tx), batch))
+            ops = ("all-reduce", "reduce-scatter")
+            conditional = sum(s[f"{op} conditional bytes"] for op in ops) / 2**20
+            every = sum(s[f"{op} bytes"] for op in ops) / 2**20 - conditional
+            rows[name] = (every, conditional, every * k + conditional * (k // steps))  # over k micro-steps
+            runs[name] = stepper(dp, params, tx, batch)
+    ms = alternate(runs, *timing)
+    for name, (every, conditional, per_update) in rows.items():
+        print(f"  {name:<22}{every:>21.3f}{conditional:>21.3f}{per_update:>15.3f}{ms[name]:>17.2f}")
+    print("    (ZeRO-2 reduce-scatters every micro-step so that its merge buffer stays a slice)\n")
 
 
 def main(argv=None) -> int:
@@ -181,6 +210,7 @@ def main(argv=None) -> int:
     fusion_table(params, batch, (32.0, 1.0, 0.01) if not args.quick else (32.0, 0.001), timing)
     pipeline_table(layers, width, batch_size, (4,) if args.quick else (4, 8, 16), timing)
     scaling_table(params, batch, timing)
+    merge_table(params, batch, timing)
     return 0
 
 

@@ -104,8 +104,11 @@ def test_distributed_quick():
                          out, re.M)
     assert [b[0] for b in bubbles] == ["gpipe", "1f1b"], out
     assert [int(n) for n in re.findall(r"^\s+(\d)\s+\d+\.\d\d\s+\d+\.\d\dx$", out, re.M)] == [1, 2, 4, 8], out
-    zero = re.findall(r"^\s+(\d)\s+\d+\.\d\d\s+(\d+\.\d)\s+(\d+\.\d)$", out, re.M)
+    zero = re.findall(r"^\s+(\d)\s+\d+\.\d\d\s+(\d+\.\d)\s+(\d+\.\d)\s+(\d+/\d+/\d+)$", out, re.M)
     assert [z[0] for z in zero] == ["0", "1", "2", "3"], out
     opt = [float(z[1]) for z in zero]
     assert opt[1] == opt[2] == opt[3] < opt[0] / 7, out          # ZeRO >= 1: an eighth of the state each
     assert float(zero[3][2]) < float(zero[2][2]) / 7, out        # ZeRO-3: an eighth of the parameters
+    assert [z[3] for z in zero][2:] == ["1/16/1", "1/16/1"], out   # a reduce-scatter per parameter, one gather
+    merge = dict(re.findall(r"^  (ZeRO-0, k_steps=\d)\s+\S+\s+\S+\s+(\d+\.\d+)\s", out, re.M))
+    assert float(merge["ZeRO-0, k_steps=4"]) < float(merge["ZeRO-0, k_steps=1"]) / 3, out  # gradients once per k

@@ -141,14 +141,15 @@ def collective_stats(compiled_or_hlo) -> dict[str, int]:
     """Counts of the collectives in HLO (a ``Compiled``, a ``Lowered`` that is compiled first, or
     HLO text such as ``lowered.as_text(dialect="hlo")``, before XLA's optimisations):
     ``{"all-reduce": instructions, "all-reduce buffers": arrays, "all-reduce bytes": result
-    bytes, "all-reduce conditional": instructions that run only in a branch of a conditional
-    (gradient merge's all-reduce, every k-th step), ...}`` for all-reduce, reduce-scatter,
-    all-gather, collective-permute and all-to-all.
+    bytes, "all-reduce conditional" and "all-reduce conditional bytes": those that run only in
+    a branch of a conditional (gradient merge's all-reduce, every k-th step), ...}`` for
+    all-reduce, reduce-scatter, all-gather, collective-permute and all-to-all.
 
     XLA's own combiner may merge several collectives into one instruction over a tuple; the
     ``buffers`` count still tells them apart. An async pair (``-start``/``-done``) counts once,
     with the ``-start`` result's arrays."""
-    stats = {k: 0 for op in COLLECTIVES for k in (op, f"{op} buffers", f"{op} bytes", f"{op} conditional")}
+    keys = ("", " buffers", " bytes", " conditional", " conditional bytes")
+    stats = {f"{op}{key}": 0 for op in COLLECTIVES for key in keys}
     text = _hlo_text(compiled_or_hlo)
     bodies, entry = _computations(text)
     conditional = _conditional(bodies, entry)
@@ -158,5 +159,7 @@ def collective_stats(compiled_or_hlo) -> dict[str, int]:
             stats[m["op"]] += 1
             stats[f"{m['op']} buffers"] += len(sizes)
             stats[f"{m['op']} bytes"] += sum(sizes)
-            stats[f"{m['op']} conditional"] += name in conditional
+            if name in conditional:
+                stats[f"{m['op']} conditional"] += 1
+                stats[f"{m['op']} conditional bytes"] += sum(sizes)
     return stats
