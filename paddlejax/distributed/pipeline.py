@@ -29,6 +29,10 @@ Design choices:
   loss returned is the mean over micro-batches, so with a mean loss it is the full batch's
   loss, and the gradients are the sequential model's. Inputs and targets are replicated over
   ``"pp"``; only stage 0 reads the inputs and only the last stage the targets.
+- *Auxiliary results* (``has_aux``: ``loss_fn`` returns ``(loss, aux)``, e.g. the batch-norm
+  statistics a training program updates): not differentiated; floating-point leaves are
+  averaged over the micro-batches (and data-parallel replicas), others are the last
+  micro-batch's.
 - *Bubble*: each executed branch also reports what it did; :func:`bubble` turns that per-tick
   work record into each stage's idle share, next to the theory ``(S - 1) / (M + S - 1)``.
 
@@ -268,6 +272,8 @@ class _StagePlan:
     stash: _Layout    # what F keeps for B
     residual_tree: object = None
     param_slots: dict = dataclasses.field(default_factory=dict)  # residual index -> parameter leaf index
+    aux: list = dataclasses.field(default_factory=list)  # shapes of loss_fn's aux leaves (last stage)
+    aux_tree: object = None
 
     @property
     def grad_in(self) -> _Layout:
@@ -289,14 +295,19 @@ class PipelineRunner:
     outputs; with ``loss_fn=None`` the program's output is that loss. ``mesh`` needs an axis
     ``axis`` with one device per stage (default: the first ``S`` devices); its other axes run
     data parallel (each replica pipelines its share of every micro-batch, and losses and
-    gradients are averaged over the replicas). :meth:`run` and :meth:`value_and_grad` are pure
-    functions of their arguments (jit them).
+    gradients are averaged over the replicas). With ``has_aux``, ``loss_fn`` returns ``(loss,
+    aux)`` and the loss becomes ``(loss, aux)`` in the results, as ``jax.value_and_grad``'s.
+    :meth:`run` and :meth:`value_and_grad` are pure functions of their arguments (jit them).
     """
 
     def __init__(self, split: PipelineSplit, loss_fn: Callable | None = None, *, micro_batches: int,
-                 schedule: str = "1f1b", recompute: bool = False, mesh: Mesh | None = None, axis: str = "pp"):
+                 schedule: str = "1f1b", recompute: bool = False, mesh: Mesh | None = None, axis: str = "pp",
+                 has_aux: bool = False):
         S = split.num_stages
+        if has_aux and loss_fn is None:
+            raise ValueError("PipelineRunner: has_aux=True needs a loss_fn returning (loss, aux)")
         self.split, self.loss_fn, self.recompute, self.axis = split, loss_fn, recompute, axis
+        self.has_aux = has_aux
         self.schedule = make_schedule(schedule, S, micro_batches)
         if mesh is None:
             if len(jax.devices()) < S:
@@ -320,7 +331,8 @@ class PipelineRunner:
 
     def run(self, params: dict, inputs, targets=()):
         """``(loss, grads, work)``: :meth:`value_and_grad`'s results and the executed ``[S, T]``
-        record of what each stage did at each tick (IDLE, FORWARD or BACKWARD; see :func:`bubble`)."""
+        record of what each stage did at each tick (IDLE, FORWARD or BACKWARD; see :func:`bubble`);
+        with ``has_aux`` the loss is ``(loss, aux)``."""
         M = self.schedule.micro_batches
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
         targets = targets if isinstance(targets, tuple) else (targets,)
@@ -335,25 +347,26 @@ class PipelineRunner:
         body = _TickBody(self, plans, cap, targets_tree)
         spec = jax.tree_util.tree_map(lambda _: P(self.axis), packed)
         rows = P(None, self.batch_axes) if self.batch_axes else P()
-        loss, pgrad, work = jax.shard_map(body.run, mesh=self.mesh, in_specs=(spec, rows, rows),
-                                          out_specs=(P(), spec, P(self.axis)), check_vma=False)(
+        loss, aux, pgrad, work = jax.shard_map(body.run, mesh=self.mesh, in_specs=(spec, rows, rows),
+                                               out_specs=(P(), P(), spec, P(self.axis)), check_vma=False)(
             packed, mb_inputs, mb_targets)
         grads: dict = {}
         for s, plan in enumerate(plans):
             for n, g in zip(plan.param_names, plan.params.unpack({k: v[s] for k, v in pgrad.items()})):
                 grads[n] = grads[n] + g if n in grads else g
-        return loss, grads, work
+        return ((loss, jax.tree_util.tree_unflatten(plans[-1].aux_tree, aux)) if self.has_aux else loss), grads, work
 
     # -- the stage functions ------------------------------------------------------------
     def stage_fn(self, s: int, plan: _StagePlan, targets_tree):
-        """``f(params, diff_inputs, other_inputs, targets) -> outputs`` of stage ``s``; the last
-        stage returns ``[loss / M]``, so that the micro-batch losses add up to their mean."""
+        """``f(params, diff_inputs, other_inputs, targets) -> (outputs, aux leaves)`` of stage
+        ``s``; the last stage returns ``[loss / M]``, so that the micro-batch losses add up to
+        their mean (and ``loss_fn``'s aux leaves, with ``has_aux``; the other stages none)."""
         split, last, M = self.split, s == self.split.num_stages - 1, self.schedule.micro_batches
 
         def f(p, xd, xn, targets):
             outs = split.stages[s].program.apply(p, *_merge(plan.diff, xd, xn))
             if not last:
-                return list(outs)
+                return list(outs), []
             outputs = jax.tree_util.tree_unflatten(split.program.out_tree, outs)
             if self.loss_fn is None:
                 if jnp.shape(outputs) != ():
@@ -362,15 +375,20 @@ class PipelineRunner:
                 loss = outputs
             else:
                 loss = self.loss_fn(outputs, *jax.tree_util.tree_unflatten(targets_tree, targets))
-            return [jnp.asarray(loss, jnp.float32) / M]
+            aux = []
+            if self.has_aux:
+                loss, aux = loss
+                aux, plan.aux_tree = jax.tree_util.tree_flatten(lax.stop_gradient(aux))
+            return [jnp.asarray(loss, jnp.float32) / M], aux
 
         return f
 
     def stage_vjp(self, s: int, plan: _StagePlan, p, x, targets, targets_tree):
-        """Stage ``s``'s outputs and VJP with respect to its parameters and differentiable inputs."""
+        """Stage ``s``'s outputs, VJP with respect to its parameters and differentiable inputs,
+        and aux leaves."""
         xd, xn = _partition(plan.diff, x)
         f = self.stage_fn(s, plan, targets_tree)
-        return jax.vjp(lambda p_, xd_: f(p_, xd_, xn, targets), p, xd)
+        return jax.vjp(lambda p_, xd_: f(p_, xd_, xn, targets), p, xd, has_aux=True)
 
     @staticmethod
     def residuals(vjp_fn, p_leaves):
@@ -390,7 +408,8 @@ class PipelineRunner:
             diff = [s > 0 and _inexact(a) for a in x]
             plan = _StagePlan(names, diff, _Layout(p.values()), _Layout(x), _Layout([]), _Layout(x))
             f = self.stage_fn(s, plan, targets_tree)
-            plan.outputs = _Layout(jax.eval_shape(lambda p_, x_, t_: f(p_, *_partition(diff, x_), t_), p, x, t))
+            outputs, aux = jax.eval_shape(lambda p_, x_, t_: f(p_, *_partition(diff, x_), t_), p, x, t)
+            plan.outputs, plan.aux = _Layout(outputs), aux
             if not self.recompute:
                 plan.stash = _Layout(jax.eval_shape(functools.partial(self._probe, s, plan, targets_tree), p, x, t))
             plans.append(plan)
@@ -398,7 +417,7 @@ class PipelineRunner:
         return plans
 
     def _probe(self, s, plan, targets_tree, p, x, t):
-        _, vjp_fn = self.stage_vjp(s, plan, p, x, t, targets_tree)
+        _, vjp_fn, _ = self.stage_vjp(s, plan, p, x, t, targets_tree)
         kept, plan.residual_tree, plan.param_slots = self.residuals(vjp_fn, jax.tree_util.tree_leaves(p))
         return kept
 
@@ -418,7 +437,8 @@ class _TickBody:
         carry = {"act": _zeros(cap["act"], M + 1), "grad": _zeros(cap["grad"], M + 1),
                  "stash": _zeros(cap["stash"], self.slots),
                  "pgrad": {k: jnp.zeros_like(v) for k, v in packed_params.items()},
-                 "loss": jnp.zeros((), jnp.float32)}
+                 "loss": jnp.zeros((), jnp.float32),
+                 "aux": [jnp.zeros(a.shape, a.dtype) for a in self.plans[-1].aux]}
         branches = [self._idle] + [self._forward(s) for s in range(S)] + [self._backward(s) for s in range(S)]
         env = (packed_params, mb_inputs, mb_targets)
 
@@ -437,10 +457,12 @@ class _TickBody:
             return carry, did
 
         carry, did = lax.scan(tick, carry, (jnp.asarray(sched.kind), jnp.asarray(sched.micro)))
-        loss, pgrad = lax.psum(carry["loss"], r.axis), carry["pgrad"]
+        # only the last stage holds the loss and aux: the other stages add zeros
+        loss, aux, pgrad = lax.psum(carry["loss"], r.axis), lax.psum(carry["aux"], r.axis), carry["pgrad"]
         if r.batch_axes:  # the replicas' mean losses and gradients: those of the whole batch
             loss, pgrad = lax.pmean((loss, pgrad), r.batch_axes)
-        return loss, {k: v[None] for k, v in pgrad.items()}, did[None]
+            aux = [lax.pmean(a, r.batch_axes) if _inexact(a) else a for a in aux]
+        return loss, aux, {k: v[None] for k, v in pgrad.items()}, did[None]
 
     def _messages(self):
         return _zeros(self.cap["act"]), _zeros(self.cap["grad"])
@@ -457,9 +479,9 @@ class _TickBody:
             x = _row(mb_inputs, m) if s == 0 else plan.inputs.unpack(_get(carry["act"], m))
             t = _row(mb_targets, m)
             if r.recompute:
-                out, kept = r.stage_fn(s, plan, self.targets_tree)(p, *_partition(plan.diff, x), t), x
+                (out, aux), kept = r.stage_fn(s, plan, self.targets_tree)(p, *_partition(plan.diff, x), t), x
             else:
-                out, vjp_fn = r.stage_vjp(s, plan, p, x, t, self.targets_tree)
+                out, vjp_fn, aux = r.stage_vjp(s, plan, p, x, t, self.targets_tree)
                 kept, _, slots = r.residuals(vjp_fn, jax.tree_util.tree_leaves(p))
                 if slots != plan.param_slots:
                     raise RuntimeError(f"pipeline stage {s}: the VJP residuals differ from the planned layout")
@@ -468,6 +490,8 @@ class _TickBody:
             send_act, send_grad = self._messages()
             if last:
                 carry["loss"] = carry["loss"] + out[0]
+                M = r.schedule.micro_batches
+                carry["aux"] = [a + b / M if _inexact(a) else b for a, b in zip(carry["aux"], aux)]
             else:
                 send_act = plan.outputs.pack(out, self.cap["act"])
             return carry, send_act, send_grad, jnp.int32(FORWARD)
@@ -482,7 +506,7 @@ class _TickBody:
             p = dict(zip(plan.param_names, plan.params.unpack(packed_params)))
             kept = plan.stash.unpack(_get(carry["stash"], m % self.slots))
             if r.recompute:
-                _, vjp_fn = r.stage_vjp(s, plan, p, kept, _row(mb_targets, m), self.targets_tree)
+                _, vjp_fn, _ = r.stage_vjp(s, plan, p, kept, _row(mb_targets, m), self.targets_tree)
             else:
                 p_leaves, rest = jax.tree_util.tree_leaves(p), iter(kept)
                 n = len(kept) + len(plan.param_slots)

@@ -89,11 +89,6 @@ class _PipelineStep:
         """Split the training program (``(outputs, updates)``) into the strategy's stages."""
         from paddlejax.passes.pipeline import split_stages
 
-        _, updates = jax.tree_util.tree_unflatten(program.out_tree, range(program.out_tree.num_leaves))
-        if updates:
-            raise ValueError(f"Trainer: pipeline parallelism cannot carry the state that the forward pass of "
-                             f"'{program.name}' updates ({', '.join(sorted(updates))}: batch-norm statistics?); "
-                             "use layers without such state, or data parallelism")
         self.stages = split_stages(program, self.num_stages)
 
     def check_batch(self, batch) -> None:
@@ -109,12 +104,13 @@ class _PipelineStep:
                                  f"{self.micro_batches}{times}")
 
     def value_and_grad(self, loss_fn, params, inputs, labels):
-        """``(loss, grads)`` of ``loss_fn(program outputs, labels)`` averaged over the micro-batches."""
+        """``((loss, updates), grads)`` of ``loss_fn(program outputs, labels) -> (loss, updates)``
+        averaged over the micro-batches (the state updates' floating-point leaves too)."""
         from paddlejax.distributed.pipeline import PipelineRunner
 
         runner = PipelineRunner(self.stages, loss_fn, micro_batches=self.micro_batches,
                                 schedule=self.strategy.pipeline.schedule, recompute=self.strategy.recompute,
-                                mesh=self.mesh)
+                                mesh=self.mesh, has_aux=True)
         return runner.value_and_grad(params, tuple(inputs), labels)
 
 
@@ -157,8 +153,9 @@ class Trainer:
             with ``pipeline.micro_batches`` and ``pipeline.schedule`` (the mesh's other devices
             data parallel: ``pp_degree=4`` on 8 devices runs 2 pipelines on halves of each
             micro-batch); metrics take one more forward pass. The batch must divide by
-            ``micro_batches`` times the data-parallel size, and the model may not update state in
-            its forward pass (batch-norm statistics). The stages may span processes; every
+            ``micro_batches`` times the data-parallel size. State the forward pass updates
+            (batch-norm running statistics) becomes the mean of the micro-batches' updates, as
+            data parallelism takes the replicas' mean. The stages may span processes; every
             process then passes the whole batch.
     """
 
@@ -373,8 +370,12 @@ class Trainer:
         """Loss and gradients from the pipelined stages, then the usual update; metrics (if any)
         from one more forward pass of the whole program."""
         scale, extra = state["loss_scale"], state["extra"]
-        loss_fn = lambda out, labels: self.loss_fn(out[0], labels).astype(jnp.float32) * scale.scale  # noqa: E731
-        loss, grads = self.pipeline.value_and_grad(loss_fn, {**state["params"], **extra}, inputs, labels)
+
+        def loss_fn(out, labels):
+            outputs, updates = out
+            return self.loss_fn(outputs, labels).astype(jnp.float32) * scale.scale, updates
+
+        (loss, updates), grads = self.pipeline.value_and_grad(loss_fn, {**state["params"], **extra}, inputs, labels)
         loss = loss / scale.scale
         grads = scale.unscale({n: grads[n] for n in state["params"]})
         finite = all_finite(grads) & jnp.isfinite(loss)
@@ -383,7 +384,7 @@ class Trainer:
         outputs = None
         if self.metrics:
             outputs = self.train_program.apply(lax.stop_gradient({**state["params"], **extra}), *inputs)[0]
-        return (params, opt, {}), {}, loss, self._batch_sums(outputs, labels, loss), finite
+        return (params, opt, {}), updates, loss, self._batch_sums(outputs, labels, loss), finite
 
     def _commit(self, state, sums, trained, updates, loss, batch, finite):
         """The new state after an update, ``trained = (params, opt, merge)`` (a non-finite fp16
