@@ -130,6 +130,16 @@ def open_jaxpr(j):
     return j, []
 
 
+def scan_counts(params) -> tuple[int, int]:
+    """``(num_consts, num_carry)`` of a ``scan`` equation: its own params up to jax 0.10; from
+    0.11 on, the lengths of the first two groups of its flat input tree ``ft_in``
+    (constants, carry, scanned)."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(list(consts)), len(list(carry))
+
+
 def is_literal(x) -> bool:
     return isinstance(x, Literal)
 

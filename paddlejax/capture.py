@@ -360,7 +360,9 @@ class _Converter:
             attrs = {"cond_nconsts": params["cond_nconsts"], "body_nconsts": params["body_nconsts"]}
             return Op("while", operands, result_types, attrs, blocks, loc)
         if name == "scan":
-            attrs = {k: params[k] for k in ("num_consts", "num_carry", "length", "reverse", "unroll")}
+            num_consts, num_carry = adapter.scan_counts(params)
+            attrs = {"num_consts": num_consts, "num_carry": num_carry,
+                     **{k: params[k] for k in ("length", "reverse", "unroll")}}
             attrs = attrs_lib.from_jax(attrs)
             return Op("scan", operands, result_types, attrs, [self._sub_block(params["jaxpr"], "body")], loc)
         if adapter.lax_primitive(name) is not eqn.primitive:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from paddlejax import ops
 from paddlejax.capture import InputSpec
@@ -75,7 +75,8 @@ def _local_rows(out: jax.Array) -> np.ndarray:
 
 class _PipelineStep:
     """The pipeline-parallel part of a Trainer's step: the training program split into stages,
-    and loss and gradients from :class:`~paddlejax.distributed.pipeline.PipelineRunner`."""
+    loss and gradients from :class:`~paddlejax.distributed.pipeline.PipelineRunner`, and the
+    optimizer update (with ZeRO-1, on the optimizer state sharded over every device)."""
 
     def __init__(self, strategy):
         from paddlejax.distributed.mesh import make_mesh
@@ -84,6 +85,40 @@ class _PipelineStep:
         self.micro_batches = strategy.pipeline.micro_batches
         self.mesh = make_mesh(strategy)
         self.stages = None
+        self.zero = None  # the FlatLayout of the parameters, under ZeRO-1
+
+    def init(self, params: dict, tx: optax.GradientTransformation) -> dict:
+        """The state ``{"params", "opt", "merge"}``: the optimizer state whole, or (ZeRO-1) of
+        the flat parameter vector, sharded over every device of the mesh."""
+        if not self.strategy.sharding.stage:
+            return {"params": params, "opt": tx.init(params), "merge": {}}
+        from paddlejax.distributed.zero import FlatLayout
+
+        self.zero = FlatLayout(params, self.mesh.size)
+        opt = tx.init(self.zero.shard(params))
+        place = lambda leaf: self._sharded if jnp.shape(leaf) == (self.zero.length,) else self._whole  # noqa: E731
+        return {"params": params, "opt": jax.device_put(opt, jax.tree.map(place, opt)), "merge": {}}
+
+    @property
+    def _sharded(self):
+        return NamedSharding(self.mesh, P(self.mesh.axis_names))
+
+    @property
+    def _whole(self):
+        return NamedSharding(self.mesh, P())
+
+    def update(self, tx: optax.GradientTransformation, grads: dict, opt, params: dict):
+        """``tx`` applied to ``grads``: ``(params, opt)``. Under ZeRO-1 the update runs on the
+        flat vector, which XLA partitions like the optimizer state (each device its slice);
+        the new parameters are then gathered back."""
+        if self.zero is None:
+            deltas, opt = tx.update(grads, opt, params)
+            return optax.apply_updates(params, deltas), opt
+        flat = lambda tree: lax.with_sharding_constraint(self.zero.shard(tree), self._sharded)  # noqa: E731
+        flat_params = flat(params)
+        deltas, opt = tx.update(flat(grads), opt, flat_params)
+        new = lax.with_sharding_constraint(optax.apply_updates(flat_params, deltas), self._whole)
+        return lax.with_sharding_constraint(self.zero.tree(new), self._whole), opt
 
     def split(self, program: Program) -> None:
         """Split the training program (``(outputs, updates)``) into the strategy's stages."""
@@ -156,7 +191,8 @@ class Trainer:
             ``micro_batches`` times the data-parallel size. State the forward pass updates
             (batch-norm running statistics) becomes the mean of the micro-batches' updates, as
             data parallelism takes the replicas' mean. The stages may span processes; every
-            process then passes the whole batch.
+            process then passes the whole batch. ZeRO stage 1 combines with a pipeline: the
+            optimizer state is sharded over every device of the mesh.
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
@@ -220,9 +256,10 @@ class Trainer:
     @staticmethod
     def _from_strategy(strategy, amp, accumulate):
         """(amp, accumulate, avg) merged from the Trainer's arguments and ``strategy``."""
-        if strategy.pp_size > 1 and strategy.sharding.stage:
+        if strategy.pp_size > 1 and strategy.sharding.stage > 1:
             raise ValueError(f"Trainer: strategy.sharding.stage={strategy.sharding.stage} (ZeRO) cannot be combined "
-                             "with pipeline parallelism (pp_degree / pipeline.stages > 1)")
+                             "with pipeline parallelism (pp_degree / pipeline.stages > 1); stage 1 can (the "
+                             "optimizer state sharded over every device)")
         if amp is not None and strategy.amp is not None and AMP_DTYPES.get(amp) != AMP_DTYPES[strategy.amp]:
             raise ValueError(f"Trainer: amp={amp!r} contradicts strategy.amp={strategy.amp!r}")
         merge = strategy.gradient_merge
@@ -264,9 +301,12 @@ class Trainer:
         values = {**self.train_program.params, **self.model_state.values}
         params = {n: values[n] for n in sorted(self.model_state.trainable)}
         scale = LossScale.dynamic() if self.amp == "float16" else LossScale.none()
-        placed = self.dp.init(params, self.tx) if self.dp is not None else {"params": params,
-                                                                             "opt": self.tx.init(params),
-                                                                             "merge": {}}
+        if self.dp is not None:
+            placed = self.dp.init(params, self.tx)
+        elif self.pipeline is not None:
+            placed = self.pipeline.init(params, self.tx)
+        else:
+            placed = {"params": params, "opt": self.tx.init(params), "merge": {}}
         self.state = {
             "params": placed["params"],
             "extra": {n: v for n, v in values.items() if n not in params},
@@ -379,8 +419,7 @@ class Trainer:
         loss = loss / scale.scale
         grads = scale.unscale({n: grads[n] for n in state["params"]})
         finite = all_finite(grads) & jnp.isfinite(loss)
-        deltas, opt = self.tx.update(grads, state["opt"], state["params"])
-        params = optax.apply_updates(state["params"], deltas)
+        params, opt = self.pipeline.update(self.tx, grads, state["opt"], state["params"])
         outputs = None
         if self.metrics:
             outputs = self.train_program.apply(lax.stop_gradient({**state["params"], **extra}), *inputs)[0]
