@@ -68,6 +68,12 @@ def merge_gradients(tx: optax.GradientTransformation, k_steps: int, avg: bool = 
     return optax.MultiSteps(inner, every_k_schedule=k_steps)
 
 
+def _unmerged(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """The optimizer of ``fleet.distributed_optimizer(tx)`` without its own gradient merge
+    (:class:`DataParallel` merges before communicating), or ``tx`` itself."""
+    return getattr(tx, "inner", tx)
+
+
 class DataParallel:
     """The data-parallel part of a :class:`Strategy` over a mesh (default: :func:`make_mesh`).
 
@@ -103,7 +109,7 @@ class DataParallel:
         """The state ``{"params", "opt", "merge"}`` for ``params`` placed on the mesh: optimizer
         state (ZeRO >= 1) and parameters (ZeRO-3) as a flat vector sharded over the devices;
         ``merge`` holds the gradient-merge buffer and micro-step count (empty when ``k_steps`` is 1)."""
-        s = self.strategy
+        s, tx = self.strategy, _unmerged(tx)
         self.layout = FlatLayout(params, self.size, s.fuse_grad_size_in_MB if s.fuse_all_reduce else None)
         if self.stage == 0:
             state = {"params": params, "opt": tx.init(params)}
@@ -214,6 +220,7 @@ class DataParallel:
         gradient merge, added to ``merge`` and applied (mean or sum, as ``gradient_merge.avg``
         says) on every ``k_steps``-th call. Returns (parameters or this device's slice of them,
         optimizer state, merge state)."""
+        tx = _unmerged(tx)
         if self.k_steps == 1:
             return (*self.update(self.reduce_gradients(grads), params, opt, tx), merge)
         if self.stage >= 2:

@@ -51,8 +51,9 @@ def init_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int] |
     With ``PADDLEJAX_DEVICES_PER_PROC = K`` it sets ``jax_num_cpu_devices`` to ``K`` and gives
     this process the node's GPUs ``local_rank * K`` to ``local_rank * K + K - 1``
     (``local_device_ids``); then it calls ``jax.distributed.initialize``, after which
-    ``jax.devices()`` lists the devices of every process. Must run before JAX starts its backend (``RuntimeError`` saying so otherwise);
-    calling it again once joined returns the same pair.
+    ``jax.devices()`` lists the devices of every process. Must run before JAX starts its
+    backend (``RuntimeError`` saying so otherwise); calling it again once joined returns the
+    same pair.
 
     From then on an uncaught exception ends the process right after its traceback is printed
     (exit code 1): JAX's exit-time shutdown would wait for every other rank, and those may be
