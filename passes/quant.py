@@ -242,7 +242,7 @@ class QuantAware(InsertFakeQuant):
         return observe.results[0]
 
 
-def _weight_scale(program: Program, fq: Op) -> np.ndarray | None:
+def _known_weight_scale(program: Program, fq: Op) -> np.ndarray | None:
     """The scale of a fake-quantized parameter: stored (PTQ), or the ``abs_max`` of the
     parameter computed in the program (QAT); None for anything else."""
     scale = fq.operands[1]
@@ -256,13 +256,13 @@ def _weight_scale(program: Program, fq: Op) -> np.ndarray | None:
 def is_stored_weight(program: Program, fq: Op) -> bool:
     """Whether ``fq`` fake-quantizes a parameter with a stored or computable scale, which
     conversion can store as int8."""
-    return param_name(fq.operands[0]) is not None and _weight_scale(program, fq) is not None
+    return param_name(fq.operands[0]) is not None and _known_weight_scale(program, fq) is not None
 
 
 def quantized_weight(program: Program, fq: Op) -> tuple[np.ndarray, np.ndarray, int, int | None]:
     """(int8 values, scale, bits, axis) of a fake-quantized parameter, by the ``quantize`` op."""
     w = stored_array(program, fq.operands[0])
-    scale = _weight_scale(program, fq)
+    scale = _known_weight_scale(program, fq)
     bits, axis = fq.attrs["bits"], fq.attrs["axis"]
     return np.asarray(quantize(w, scale, bits=bits, axis=axis)), scale, bits, axis
 
