@@ -39,4 +39,4 @@ def test_errors():
         fleet.init({"amp": "bf16"})
     with pytest.raises(ValueError, match="pipeline parallelism"):
         pj.Trainer(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1),
-                   strategy=Strategy(pp_degree=2, sharding={"stage": 1}))
+                   strategy=Strategy(pp_degree=2, sharding={"stage": 2}))
