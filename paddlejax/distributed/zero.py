@@ -37,7 +37,7 @@ class FlatLayout:
 
     def __init__(self, params, devices: int, bucket_mb: float | None = None):
         flat, self._unravel = ravel_pytree(params)
-        self.devices, self.size, self.dtype = devices, flat.size, flat.dtype
+        self.devices, self.dtype = devices, flat.dtype
         leaves = [jax.ShapeDtypeStruct(np.shape(p), flat.dtype) for p in jax.tree.leaves(params)]
         groups = buckets(leaves, bucket_mb) if bucket_mb is not None else [[i] for i in range(len(leaves))]
         self.lengths = tuple(sum(leaves[i].size for i in group) for group in groups)
