@@ -4,8 +4,10 @@ A :class:`CheckpointManager` saves a pytree of arrays (jax or numpy, any dtype, 
 Python scalars) plus a JSON-able ``meta`` dict every ``every`` steps, keeps the last ``keep``,
 and restores the newest checkpoint that reads back intact. Orbax writes each checkpoint into a
 temporary directory and renames it when complete, so a process killed mid-write leaves the
-earlier checkpoints usable. Each checkpoint also carries a manifest with a CRC-32 per leaf; a
-checkpoint that fails to read or to verify is reported with a warning and skipped.
+earlier checkpoints usable. Each checkpoint also carries a manifest with a CRC-32 per leaf and
+one over the manifest itself (so ``meta``, e.g. the epoch and the data loader's position, is
+covered too); a checkpoint that fails to read or to verify is reported with a warning and
+skipped.
 
 >>> import tempfile, numpy as np
 >>> with CheckpointManager(tempfile.mkdtemp(), every=10, keep=2) as mgr:
@@ -30,7 +32,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 MANIFEST_FORMAT = "paddlejax.checkpoint"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: the manifest carries a CRC-32 of itself; 1 (readable) did not
 _ITEMS = ("state", "manifest")
 _SCALARS = (bool, int, float)
 
@@ -46,11 +48,17 @@ logging.getLogger("absl").addFilter(_QuietOrbax())
 
 
 class CheckpointError(RuntimeError):
-    """No usable checkpoint, or a ``like`` tree that does not fit the stored one.
+    """No usable checkpoint, or a ``like`` tree that does not fit the stored one; for the
+    latter, ``step`` and ``meta`` are those of the checkpoint that did not fit (else None).
 
-    >>> issubclass(CheckpointError, RuntimeError)
-    True
+    >>> e = CheckpointError("no usable checkpoint")
+    >>> isinstance(e, RuntimeError), e.step, e.meta
+    (True, None, None)
     """
+
+    def __init__(self, message: str, step: int | None = None, meta: Any = None):
+        super().__init__(message)
+        self.step, self.meta = step, meta
 
 
 class CorruptCheckpointWarning(UserWarning):
@@ -91,6 +99,13 @@ def _crc32(value) -> int:
         value = jax.random.key_data(value)
     data = np.ascontiguousarray(np.asarray(value))
     return zlib.crc32(data.reshape(-1).view(np.uint8))
+
+
+def _manifest_crc32(doc: dict) -> int:
+    """CRC-32 of a manifest less its own ``crc32`` field, over canonical JSON text (sorted keys,
+    no spaces), so that it does not depend on how the file lays the JSON out."""
+    body = {k: v for k, v in doc.items() if k != "crc32"}
+    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _key_name(key) -> str:
@@ -148,8 +163,11 @@ def _describe(state) -> list[dict]:
 def _parse_manifest(doc) -> tuple[list[dict], Any]:
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise _Corrupt("the manifest is not a paddlejax checkpoint manifest")
-    if doc.get("version") != MANIFEST_VERSION:
-        raise _Corrupt(f"manifest version {doc.get('version')!r} is not {MANIFEST_VERSION}")
+    version = doc.get("version")
+    if version not in (1, MANIFEST_VERSION):
+        raise _Corrupt(f"manifest version {version!r} is not one this paddlejax reads (1 to {MANIFEST_VERSION})")
+    if version > 1 and doc.get("crc32") != _manifest_crc32(doc):
+        raise _Corrupt("checksum mismatch in the manifest (its meta or leaf list was changed)")
     leaves = doc.get("leaves")
     fields = {"path", "kind", "shape", "dtype", "crc32"}
     if not isinstance(leaves, list) or not all(isinstance(e, dict) and fields <= e.keys() for e in leaves):
@@ -202,7 +220,7 @@ def _like_leaves(like):
     return [(_path(keys), leaf) for keys, leaf in flat], treedef
 
 
-def _check_structure(step, entries, like_leaves):
+def _check_structure(step, entries, like_leaves, meta):
     stored = {tuple(e["path"]): e for e in entries}
     wanted = dict(like_leaves)
     problems = []
@@ -222,7 +240,7 @@ def _check_structure(step, entries, like_leaves):
                             f"like {getattr(leaf, 'dtype', type(leaf).__name__)}")
     if problems:
         raise CheckpointError(f"'like' does not match the structure of checkpoint step {step}: "
-                              + "; ".join(problems))
+                              + "; ".join(problems), step=step, meta=meta)
 
 
 def _verify(entries, tree) -> dict[tuple[str, ...], Any]:
@@ -306,7 +324,8 @@ class CheckpointManager:
             raise TypeError("CheckpointManager.save: 'meta' expects a dict or None, "
                             f"got {type(meta).__name__}")
         try:
-            json.dumps(meta)
+            # as it reads back from JSON (string keys, lists): the manifest's checksum covers that
+            meta = json.loads(json.dumps(meta))
         except (TypeError, ValueError) as e:
             raise TypeError(f"CheckpointManager.save: 'meta' expects a JSON-serialisable dict ({e})") \
                 from None
@@ -315,6 +334,7 @@ class CheckpointManager:
             return False
         manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "meta": meta,
                     "leaves": _describe(state)}
+        manifest["crc32"] = _manifest_crc32(manifest)
         args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                                   manifest=ocp.args.JsonSave(manifest))
         # Orbax's own policy also refuses steps below its latest; ``every`` is decided above.
@@ -387,7 +407,7 @@ class CheckpointManager:
         target = None
         if like is not None:
             like_leaves, treedef = _like_leaves(like)
-            _check_structure(step, entries, like_leaves)
+            _check_structure(step, entries, like_leaves, meta)
             by_path = {tuple(e["path"]): e for e in entries}
             target = treedef.unflatten([_target(by_path[p], leaf) for p, leaf in like_leaves])
         try:

@@ -1,5 +1,6 @@
 """Checkpoints: bit-exact round trips, every/keep, async writes, and recovery from damage."""
 import glob
+import json
 import logging
 import os
 import pathlib
@@ -214,6 +215,52 @@ def test_saving_again_replaces_a_damaged_step(tmp_path):
             warnings.simplefilter("error")
             restored = mgr.restore()
     assert restored.step == 2 and restored.state["step"] == 22
+
+
+def edit_manifest_meta(step_dir, **changes):
+    """Change ``meta`` in a saved manifest, keeping the JSON well formed (as a hand edit would)."""
+    path = step_dir / "manifest" / "metadata"
+    doc = json.loads(path.read_text())
+    doc["meta"].update(changes)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("changes", [{"epoch": 2}, {"loader": {"epoch": 1, "position": 0}}])
+def test_an_edited_meta_fails_the_manifest_checksum(tmp_path, changes):
+    meta = {"epoch": 1, "loader": {"epoch": 1, "position": 96}}
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1), meta={**meta, "epoch": 0})
+        mgr.save(2, random_state(2), meta=meta)
+        mgr.wait()
+        edit_manifest_meta(tmp_path / "2", **changes)
+        with pytest.warns(CorruptCheckpointWarning, match=r"step 2 .*checksum mismatch in the manifest"):
+            restored = mgr.restore()
+    assert restored.step == 1 and restored.meta["epoch"] == 0
+
+
+def test_a_version_1_manifest_reads_without_its_checksum_and_a_newer_version_is_refused(tmp_path):
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1), meta={"epoch": 1})
+        mgr.wait()
+        path = tmp_path / "1" / "manifest" / "metadata"
+        doc = json.loads(path.read_text())
+        del doc["crc32"]
+        path.write_text(json.dumps({**doc, "version": 1}))  # as paddlejax wrote it before manifests had one
+        assert mgr.restore().meta == {"epoch": 1}
+        path.write_text(json.dumps({**doc, "version": 3}))
+        with pytest.raises(CheckpointError, match="manifest version 3 is not one this paddlejax reads"):
+            mgr.restore(step=1)
+
+
+def test_meta_comes_back_as_json_reads_it_and_the_checksum_holds(tmp_path):
+    meta = {"epoch": 3, "lr": 0.1, "ids": (1, 2), 7: "seven", "nested": {"neg": -0.0, "big": 2**60}}
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1), meta=meta)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            restored = mgr.restore()
+    assert restored.meta == {"epoch": 3, "lr": 0.1, "ids": [1, 2], "7": "seven",
+                             "nested": {"neg": -0.0, "big": 2**60}}
 
 
 @pytest.mark.parametrize("like, message", [
