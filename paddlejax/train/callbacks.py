@@ -86,12 +86,19 @@ class EarlyStopping(_Monitor):
 
 class BestModel(_Monitor):
     """Save the model whenever ``monitor`` improves: a program + weights (``pj.save``) at ``path``
-    that ``pj.load`` runs without the model's code, and ``best.json`` with the value and step.
+    that ``pj.load`` runs without the model's code, and beside them ``<path>.best.json`` with the
+    monitored value and the step (:attr:`meta_path`).
+
+    >>> BestModel("out/best").meta_path.replace(os.sep, "/")
+    'out/best.best.json'
     """
 
     def __init__(self, path: str, monitor: str = "eval_acc", mode: str = "auto", min_delta: float = 0.0):
+        from paddlejax.io import _paths
+
         super().__init__(monitor, mode, min_delta)
         self.path = path
+        self.meta_path = str(_paths(path)[0].with_suffix(".best.json"))
         self.saved_step: int | None = None
 
     def on_eval_end(self, trainer, logs):
@@ -103,5 +110,5 @@ class BestModel(_Monitor):
 
         save(trainer.inference_program(), self.path)
         self.saved_step = trainer.step
-        with open(os.path.join(os.path.dirname(os.path.abspath(self.path)), "best.json"), "w") as f:
+        with open(self.meta_path, "w") as f:
             json.dump({"monitor": self.monitor, "value": self.best, "step": trainer.step}, f)

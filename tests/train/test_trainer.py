@@ -1,6 +1,7 @@
 """The Trainer: fit/evaluate/predict, optimizer options, EMA, AMP, loss scaling, NaN checks, logs."""
 from __future__ import annotations
 
+import json
 import re
 import struct
 
@@ -235,6 +236,16 @@ def test_callbacks_early_stopping_and_best_model(tmp_path):
     assert best.saved_step == steps[int(np.argmax(accs))]
     prog = pj.load(str(tmp_path / "best" / "model"))
     np.testing.assert_allclose(prog(x), t.predict(x), rtol=1e-5, atol=1e-5)
+
+
+def test_best_model_named_best_keeps_its_metadata_apart_from_the_program(tmp_path):
+    x, y = blobs()
+    best = BestModel(str(tmp_path / "out" / "best"), monitor="eval_loss")
+    t = trainer(callbacks=[best])
+    t.fit((x, y), eval=(x, y), epochs=2, batch_size=16)
+    np.testing.assert_allclose(pj.load(str(tmp_path / "out" / "best"))(x), t.predict(x), rtol=1e-5, atol=1e-5)
+    meta = json.loads((tmp_path / "out" / "best.best.json").read_text())
+    assert meta == {"monitor": "eval_loss", "value": t.history.last("eval", "loss"), "step": 12}
 
 
 def test_progress_bar_shows_loss_rate_and_eta(capsys):
