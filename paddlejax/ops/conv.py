@@ -1,13 +1,24 @@
-"""Convolutions: conv2d, depthwise_conv2d and conv2d_transpose with Paddle's weight layouts.
+"""Convolutions: conv1d, conv2d, conv3d, depthwise_conv2d and conv2d_transpose with Paddle's
+weight layouts.
 
-conv2d weights are OIHW ``[out_c, in_c / groups, kh, kw]`` and conv2d_transpose weights
-``[in_c, out_c / groups, kh, kw]`` for either ``data_format``. ``padding="SAME"`` follows
-Paddle: pads are computed from the undilated kernel and dilation is then ignored.
+conv weights are ``[out_c, in_c / groups, *kernel]`` (OIHW for conv2d) and conv2d_transpose
+weights ``[in_c, out_c / groups, kh, kw]`` for either ``data_format``. ``padding="SAME"``
+follows Paddle: pads are computed from the undilated kernel and dilation is then ignored.
 
 >>> import jax.numpy as jnp
->>> from paddlejax.ops.conv import conv2d
+>>> from paddlejax.ops.conv import conv1d, conv2d
 >>> conv2d(jnp.ones((1, 3, 8, 8)), jnp.ones((4, 3, 3, 3)), stride=2, padding=1).shape
 (1, 4, 4, 4)
+>>> conv1d(jnp.ones((1, 10, 3)), jnp.ones((4, 3, 3)), data_format="NLC").shape
+(1, 8, 4)
+
+An input whose channels do not match the weight is named with its layout, and the other
+layout is suggested when the input fits it:
+
+>>> conv2d(jnp.ones((1, 8, 8, 3)), jnp.ones((4, 3, 3, 3)))
+Traceback (most recent call last):
+...
+ValueError: conv2d: input 'x' (1, 8, 8, 3) has 8 channels on axis 1 (data_format='NCHW'), but 'weight' (4, 3, 3, 3) takes 3; the input looks like NHWC data: pass data_format='NHWC'
 """
 from __future__ import annotations
 
@@ -49,31 +60,65 @@ def _add_bias(y, bias, data_format):
     return y + bias.reshape(shape)
 
 
+def _other_layout(data_format: str) -> str:
+    """The same layout with channels moved to the other end (``NCHW`` <-> ``NHWC``)."""
+    if data_format[1] == "C":
+        return data_format[0] + data_format[2:] + "C"
+    return data_format[0] + "C" + data_format[1:-1]
+
+
+def channel_mismatch(op, x, data_format, weight, takes: str, fits) -> ValueError:
+    """The error for an input ``x`` whose channel count is not what ``weight`` takes (described
+    by ``takes``); when the channels of the other layout would ``fits(count)``, it says to pass
+    that ``data_format`` (the usual cause: NHWC data into an NCHW model)."""
+    axis = channel_axis(data_format, x.ndim)
+    other = _other_layout(data_format)
+    hint = ""
+    if fits(x.shape[channel_axis(other, x.ndim)]):
+        hint = f"; the input looks like {other} data: pass data_format={other!r}"
+    return ValueError(f"{op}: input 'x' {tuple(x.shape)} has {x.shape[axis]} channels on axis {axis} "
+                      f"(data_format={data_format!r}), but 'weight' {tuple(weight.shape)} takes {takes}{hint}")
+
+
 def _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format):
-    """Validate shapes against attributes; returns explicit pads and dilation."""
-    cin = x.shape[channel_axis(data_format, 4)]
-    cout, cin_g, kh, kw = weight.shape
-    if cin % groups:
-        raise attr_error(op, "groups", f"a divisor of the input channels ({cin})", groups)
-    if cin_g != cin // groups or cout % groups:
-        raise input_error(op, "weight", f"shape [out_c (a multiple of {groups}), {cin // groups}, kh, kw]",
+    """Validate shapes against attributes; returns explicit pads and dilation. ``groups`` None
+    is depthwise: one group per input channel."""
+    cin = x.shape[channel_axis(data_format, x.ndim)]
+    cout, cin_g, *kernel = weight.shape
+    if groups is None:
+        if cin_g != 1:
+            raise input_error(op, "weight", "shape [in_c * multiplier, 1, kh, kw]", weight.shape)
+        if cout % cin:
+            raise channel_mismatch(op, x, data_format, weight, f"a divisor of {cout} (out_c = in_c * multiplier)",
+                                   lambda c: cout % c == 0)
+        groups = cin
+    elif cin_g * groups != cin:
+        other_cin = x.shape[channel_axis(_other_layout(data_format), x.ndim)]
+        if cin % groups and other_cin != cin_g * groups:
+            raise attr_error(op, "groups", f"a divisor of the input channels ({cin})", groups)
+        takes = f"{cin_g * groups}" + (f" ({cin_g} per group, groups={groups})" if groups > 1 else "")
+        raise channel_mismatch(op, x, data_format, weight, takes, lambda c: c == cin_g * groups)
+    if cout % groups:
+        raise input_error(op, "weight", f"shape [out_c (a multiple of {groups}), {cin // groups}, *kernel]",
                           weight.shape)
     if bias is not None and bias.shape != (cout,):
         raise input_error(op, "bias", f"shape ({cout},)", bias.shape)
-    pads, dil = paddle_padding(padding, _spatial(x, data_format), (kh, kw), stride, dilation)
-    for n, (lo, hi), k, d in zip(_spatial(x, data_format), pads, (kh, kw), dil):
+    pads, dil = paddle_padding(padding, _spatial(x, data_format), kernel, stride, dilation)
+    for n, (lo, hi), k, d in zip(_spatial(x, data_format), pads, kernel, dil):
         if n + lo + hi < d * (k - 1) + 1:
             raise attr_error(op, "padding", f"a padded input at least as large as the (dilated) kernel "
-                             f"{(kh, kw)}; input is {tuple(x.shape)}", padding)
-    return pads, dil
+                             f"{tuple(kernel)}; input is {tuple(x.shape)}", padding)
+    return pads, dil, groups
 
 
 # Implementations share one signature: (x, weight, stride, pads, dilation, groups, data_format).
 
 def _lax_conv(x, w, stride, pads, dil, groups, fmt, preferred_element_type=None):
-    """2-D convolution with Paddle's OIHW weight, via lax.conv_general_dilated."""
+    """Convolution with Paddle's ``[out_c, in_c / groups, *kernel]`` weight (OIHW in 2-D), via
+    lax.conv_general_dilated."""
+    weight_format = "OI" + fmt.replace("N", "").replace("C", "")
     return lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dil,
-                                    dimension_numbers=(fmt, "OIHW", fmt), feature_group_count=groups,
+                                    dimension_numbers=(fmt, weight_format, fmt), feature_group_count=groups,
                                     preferred_element_type=preferred_element_type)
 
 
@@ -224,9 +269,7 @@ def _conv_kernel(op, impl, doc=None):
 
     def kernel(x, weight, bias=None, *, stride, padding, dilation, data_format, groups=None, act=None,
                act_alpha=None):
-        if groups is None:  # depthwise: one group per input channel
-            groups = x.shape[channel_axis(data_format, 4)]
-        pads, dil = _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format)
+        pads, dil, groups = _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format)
         y = _add_bias(impl(x, weight, stride, pads, dil, groups, data_format), bias, data_format)
         return fused_activation(y, act, act_alpha)
 
@@ -236,7 +279,7 @@ def _conv_kernel(op, impl, doc=None):
 
 
 def _conv_flops(in_shapes, out_shapes, attrs):
-    """2 * N * Ho * Wo * out_c * (in_c / groups) * kh * kw."""
+    """2 * N * Ho * Wo * out_c * (in_c / groups) * kh * kw (and likewise in 1-D and 3-D)."""
     return 2 * math.prod(out_shapes[0]) * math.prod(in_shapes[1][1:])
 
 
@@ -248,22 +291,25 @@ _CONV2D_VARIANTS = {**_VARIANTS, "winograd": _winograd, **_REDUCED_PRECISION}
 _DEPTHWISE_VARIANTS = {**_VARIANTS, "depthwise_shifted": _depthwise_shifted, **_REDUCED_PRECISION}
 
 
-def _conv_attrs(**extra):
-    return {"stride": Attr("ints", (1, 1), length=2, minimum=1),
-            "padding": Attr("padding", ((0, 0), (0, 0))),
-            "dilation": Attr("ints", (1, 1), length=2, minimum=1),
+# Paddle's channels-first and channels-last layouts by number of spatial dimensions.
+CONV_LAYOUTS = {1: ("NCL", "NLC"), 2: LAYOUTS, 3: ("NCDHW", "NDHWC")}
+
+
+def _conv_attrs(ndim=2, **extra):
+    return {"stride": Attr("ints", (1,) * ndim, length=ndim, minimum=1),
+            "padding": Attr("padding", ((0, 0),) * ndim, length=ndim),
+            "dilation": Attr("ints", (1,) * ndim, length=ndim, minimum=1),
             **extra,
-            "data_format": Attr("str", "NCHW", choices=LAYOUTS)}
+            "data_format": Attr("str", CONV_LAYOUTS[ndim][0], choices=CONV_LAYOUTS[ndim])}
 
 
-def _define_conv(name, doc, variants, **extra):
+def _define_conv(name, doc, variants, ndim=2, **extra):
     return define(name, _conv_kernel(name, _lax_conv, doc),
-                  inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
+                  inputs=[Input("x", rank=ndim + 2, dtype="float"), Input("weight", rank=ndim + 2, dtype="float"),
                           Input("bias", rank=1, dtype="float", optional=True)],
-                  attrs={**_conv_attrs(**extra), **fused_activation_attrs()},
+                  attrs={**_conv_attrs(ndim, **extra), **fused_activation_attrs()},
                   variants={v: _conv_kernel(name, impl) for v, impl in variants.items()},
                   reduced_precision=set(variants) & set(_REDUCED_PRECISION), flops=_conv_flops)
-
 
 
 conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",
@@ -271,6 +317,10 @@ conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [ou
                       groups=Attr("int", 1, minimum=1))
 depthwise_conv2d = _define_conv("depthwise_conv2d", "Depthwise 2-D convolution (groups = in_c), "
                                 "weight [in_c * multiplier, 1, kh, kw].", _DEPTHWISE_VARIANTS)
+conv1d = _define_conv("conv1d", "1-D convolution (cross-correlation), weight [out_c, in_c/groups, k].", {},
+                      ndim=1, groups=Attr("int", 1, minimum=1))
+conv3d = _define_conv("conv3d", "3-D convolution (cross-correlation), weight [out_c, in_c/groups, kd, kh, kw].",
+                      {}, ndim=3, groups=Attr("int", 1, minimum=1))
 
 
 def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, dilation, groups, data_format):
@@ -278,10 +328,10 @@ def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, 
     op = "conv2d_transpose"
     cin = x.shape[channel_axis(data_format, 4)]
     wcin, cout_g, kh, kw = weight.shape
+    if wcin != cin:
+        raise channel_mismatch(op, x, data_format, weight, f"{wcin} (its first dim)", lambda c: c == wcin)
     if cin % groups:
         raise attr_error(op, "groups", f"a divisor of the input channels ({cin})", groups)
-    if wcin != cin:
-        raise input_error(op, "weight", f"shape [{cin}, out_c/groups, kh, kw]", weight.shape)
     if bias is not None and bias.shape != (cout_g * groups,):
         raise input_error(op, "bias", f"shape ({cout_g * groups},)", bias.shape)
     pads, dil = paddle_padding(padding, _spatial(x, data_format), (kh, kw), stride, dilation)

@@ -43,8 +43,9 @@ class Attr:
 
     ``kind`` is one of ``int``, ``float``, ``bool``, ``str``, ``ints`` (a tuple of ints;
     ``length`` fixes its length and a single int is broadcast to it), ``dtype``, ``padding``
-    (``"SAME"``, ``"VALID"``, an int, per-dimension ints or ``(low, high)`` pairs). ``choices``
-    restricts the values, ``minimum`` bounds numbers, ``optional`` allows None.
+    (``"SAME"``, ``"VALID"``, an int, per-dimension ints or ``(low, high)`` pairs over
+    ``length`` spatial dimensions, 2 if unset). ``choices`` restricts the values, ``minimum``
+    bounds numbers, ``optional`` allows None.
     """
 
     kind: str
@@ -115,19 +116,21 @@ class Attr:
         return tuple(v if jax.export.is_symbolic_dim(v) else int(v) for v in value)
 
     def _padding(self, op, what, value):
-        expected = "'SAME', 'VALID', an int, 2 or 4 ints, or 2 (low, high) pairs"
+        n = self.length or 2  # spatial dimensions
+        pairs = f"{n} (low, high) pairs" if n > 1 else "a (low, high) pair"
+        expected = f"'SAME', 'VALID', an int, {n} or {2 * n} ints, or {pairs}"
         if isinstance(value, str):
             if value.upper() not in ("SAME", "VALID"):
                 raise _fail(op, what, expected, value)
             return value.upper()
         if _is_int(value):
-            value = (value, value)
+            value = (value,) * n
         if isinstance(value, (tuple, list)):
-            if all(_is_int(v) for v in value) and len(value) in (2, 4):
-                if len(value) == 2:
+            if all(_is_int(v) for v in value) and len(value) in (n, 2 * n):
+                if len(value) == n:
                     return tuple((int(v), int(v)) for v in value)
-                return ((int(value[0]), int(value[1])), (int(value[2]), int(value[3])))
-            if len(value) == 2 and all(isinstance(p, (tuple, list)) and len(p) == 2
+                return tuple((int(value[2 * i]), int(value[2 * i + 1])) for i in range(n))
+            if len(value) == n and all(isinstance(p, (tuple, list)) and len(p) == 2
                                        and all(_is_int(v) for v in p) for p in value):
                 return tuple((int(a), int(b)) for a, b in value)
         raise _fail(op, what, expected, value)

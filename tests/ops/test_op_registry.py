@@ -59,7 +59,13 @@ BAD_CALLS = [
     (lambda: ops.conv2d(x4, w4, dilations=2), r"conv2d: unknown attribute\(s\) \['dilations'\]"),
     (lambda: ops.conv2d(x4[0], w4), r"conv2d: input 'x' expects rank 4"),
     (lambda: ops.conv2d(x4), r"conv2d: input 'weight' is required"),
-    (lambda: ops.conv2d(x4, np.zeros((4, 3, 3, 3), np.float32)), r"conv2d: input 'weight' expects shape"),
+    (lambda: ops.conv2d(x4, np.zeros((4, 3, 3, 3), np.float32)),
+     r"conv2d: input 'x' \(2, 6, 5, 5\) has 6 channels on axis 1 \(data_format='NCHW'\), but 'weight' "
+     r"\(4, 3, 3, 3\) takes 3$"),
+    (lambda: ops.conv2d(x4.transpose(0, 2, 3, 1), w4),
+     r"has 5 channels on axis 1 \(data_format='NCHW'\), but 'weight' \(4, 6, 3, 3\) takes 6; "
+     r"the input looks like NHWC data: pass data_format='NHWC'"),
+    (lambda: ops.conv1d(x4[:, :, 0], w4[:, :, 0], padding=(1, 2, 3)), r"conv1d: attribute 'padding' expects"),
     (lambda: ops.conv2d(x4, w4, np.zeros(5, np.float32)), r"conv2d: input 'bias' expects shape \(4,\)"),
     (lambda: ops.conv2d(x4, np.zeros((4, 6, 9, 9), np.float32)), r"conv2d: attribute 'padding'"),
     (lambda: ops.conv2d_transpose(x4, np.zeros((6, 2, 3, 3), np.float32), output_padding=1),
