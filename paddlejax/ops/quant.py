@@ -1,5 +1,5 @@
 """Quantization ops: fake quantization for training, quantize/dequantize, and linear, matmul and
-conv2d computed on int8 with int32 accumulation, plus weight-only int8/int4 linear.
+conv2d computed on int8 with int32 accumulation, plus weight-only int8/int4 linear and conv2d.
 
 Conventions (Paddle's):
 
@@ -351,7 +351,7 @@ def _quantized_conv_kernel(accumulate, doc=None):
         cin, groups_in = x_q.shape[channel_axis(data_format, 4)], w_q.shape[1] * groups
         if cin != groups_in and cin % groups == 0:  # conv's own check would call w_q 'weight'
             raise input_error(op, "w_q", f"shape [out_c, {cin // groups}, kh, kw]", tuple(w_q.shape))
-        pads, dil = _check_conv(op, x_q, w_q, bias, stride, padding, dilation, groups, data_format)
+        pads, dil, _ = _check_conv(op, x_q, w_q, bias, stride, padding, dilation, groups, data_format)
         acc = accumulate(x_q, w_q, stride, pads, dil, groups, data_format)
         channels = channel_axis(data_format, acc.ndim)
         y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, acc.shape, channels))
@@ -457,6 +457,46 @@ def _weight_only_linear(x, w_q, w_scale, bias=None, *, bits, act=None, act_alpha
     return fused_activation(y if bias is None else y + bias, act, act_alpha)
 
 
+def _weight_only_conv2d(x, w_q, w_scale, bias=None, *, bits, stride, padding, dilation, groups, data_format,
+                        act=None, act_alpha=None):
+    """2-D convolution of a float ``x`` with a quantized OIHW weight (same attributes as
+    ``conv2d``): int8 ``[out_c, in_c / groups, kh, kw]`` (``bits=8``) or int4 packed by
+    :func:`pack_int4` along the output channels into uint8 ``[ceil(out_c / 2), in_c / groups,
+    kh, kw]`` (``bits=4``), with ``w = w_q * w_scale / qmax(bits)`` and ``w_scale`` one scale
+    per output channel, ``(out_c,)`` (which also says how many rows the packed weight has).
+
+    As in ``weight_only_linear``, the weight values are converted to ``x``'s dtype in the kernel
+    and the scale is applied to the output channels.
+
+    >>> import jax.numpy as jnp
+    >>> w_q = pack_int4(jnp.array([[[[7]]], [[[-7]]], [[[2]]]], jnp.int8))   # 3 output channels, 1x1
+    >>> w_q.shape, w_q.dtype.name
+    ((2, 1, 1, 1), 'uint8')
+    >>> y = weight_only_conv2d(jnp.ones((1, 1, 2, 2)), w_q, jnp.array([1.0, 0.5, 3.5]), bits=4)
+    >>> y[0, :, 0, 0].tolist()
+    [1.0, -0.5, 1.0]
+    """
+    op = "weight_only_conv2d"
+    out_c = w_scale.shape[0]
+    if bits == 8:
+        _require_dtype(op, "w_q", w_q, "int8")
+        q = w_q
+    else:
+        _require_dtype(op, "w_q", w_q, "uint8")
+        if w_q.shape[0] != -(-out_c // 2):
+            raise input_error(op, "w_q", f"packed int4 shape [{-(-out_c // 2)}, in_c / groups, kh, kw] (two output "
+                              f"channels per byte, {out_c} by 'w_scale')", tuple(w_q.shape))
+        q = unpack_int4(w_q, out_c)
+    if q.shape[0] != out_c:
+        raise input_error(op, "w_scale", f"shape ({q.shape[0]},) (one scale per output channel)", (out_c,))
+    w = q.astype(x.dtype)
+    pads, dil, _ = _check_conv(op, x, w, bias, stride, padding, dilation, groups, data_format)
+    y = _lax_conv(x, w, stride, pads, dil, groups, data_format)
+    y = y * _scale_along(op, "w_scale", (w_scale * (1 / qmax(bits))).astype(x.dtype), y.shape,
+                         channel_axis(data_format, y.ndim))
+    return fused_activation(_add_bias(y, bias, data_format), act, act_alpha)
+
+
 def _linear_flops(in_shapes, out_shapes, attrs):
     """2 * (elements of x) * out_features."""
     return 2 * math.prod(in_shapes[0]) * out_shapes[0][-1]
@@ -519,3 +559,9 @@ weight_only_linear = define("weight_only_linear", _weight_only_linear,
                                     Input("w_scale", rank=_SCALE_RANK, dtype="float"),
                                     Input("bias", rank=1, dtype="float", optional=True)],
                             attrs={"bits": _bits_attr(), **fused_activation_attrs()}, flops=_linear_flops)
+weight_only_conv2d = define("weight_only_conv2d", _weight_only_conv2d,
+                            inputs=[Input("x", rank=4, dtype="float"), Input("w_q", rank=4),
+                                    Input("w_scale", rank=1, dtype="float"),
+                                    Input("bias", rank=1, dtype="float", optional=True)],
+                            attrs={"bits": _bits_attr(), **conv2d.attrs},
+                            flops=_conv_flops)
