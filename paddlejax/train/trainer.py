@@ -64,6 +64,11 @@ def _spec(x) -> InputSpec:
     return InputSpec((None, *x.shape[1:]), jnp.result_type(x).name)
 
 
+def _shown(logs: dict) -> dict[str, str]:
+    """Logged numbers as a progress bar or an epoch line shows them."""
+    return {k: f"{v:.4g}" for k, v in logs.items()}
+
+
 def _local_rows(out: jax.Array) -> np.ndarray:
     """The rows of a batch-sharded result that live on this process, in order (all of them in a
     single process)."""
@@ -166,6 +171,10 @@ class Trainer:
             ``ExponentialMovingAverage``, with its ``min(decay, (1 + t) / (10 + t))`` warm-up);
             evaluation, prediction and saved models then use the averaged weights.
         callbacks, log_dir (TensorBoard event files), log_every (steps between progress updates).
+        progress: True shows a progress bar per epoch (loss, metrics and the latest evaluation's
+            in its postfix) and prints a line per epoch (``epoch 1/5: loss=0.41 acc=0.88
+            eval_loss=0.37 eval_acc=0.9 (1.2 s)``), as Paddle's ``Model.fit`` does; ``"epoch"``
+            prints the lines only; False shows nothing.
         checkpoint_dir, checkpoint_every, keep_checkpoints, resume: Orbax checkpoints of the
             whole training state; ``fit`` resumes from the latest good one.
         check_nan_inf: on a non-finite loss or gradient, name the first op that produced it.
@@ -222,6 +231,7 @@ class Trainer:
         self.passes = self._passes(passes)
         self.strategy = strategy
         self.dp = self.pipeline = None
+        self.batch_norm = None  # under data parallelism: "sync", "local" (per device) or None (no batch norm)
         clip = optax.clip_by_global_norm
         if strategy is not None and strategy.pp_size > 1:
             self.pipeline = _PipelineStep(strategy)
@@ -236,7 +246,10 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.history = History()
         self.tensorboard = TensorBoard(log_dir) if log_dir else None
+        if progress not in (True, False, "epoch"):
+            raise ValueError(f"Trainer: progress expects True, False or 'epoch', got {progress!r}")
         self.log_every, self.progress = max(1, log_every), progress
+        self._eval_logs: dict = {}  # the latest evaluation's, shown with the training logs
         self.check = check_nan_inf
         self.checkpoints = None
         if checkpoint_dir is not None:
@@ -297,6 +310,8 @@ class Trainer:
         self.eval_program = self._static(train=False)
         if self.pipeline is not None:
             self.pipeline.split(self.train_program)
+        if self.dp is not None:
+            self.batch_norm = self.dp.check_batch_norm(self.train_program)
         # state added by the passes (not a model variable) is carried like batch-norm statistics
         values = {**self.train_program.params, **self.model_state.values}
         params = {n: values[n] for n in sorted(self.model_state.trainable)}
@@ -553,7 +568,7 @@ class Trainer:
                 logs.pop("loss_avg", None)
                 self._log("train", step, {**logs, **self._lr()})
                 if bar is not None:
-                    bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+                    bar.set_postfix(_shown({**logs, **self._eval_logs}), refresh=False)
                 self._call("on_step_end", step, logs)
             if bar is not None:
                 bar.update(1)
@@ -565,11 +580,16 @@ class Trainer:
                 break
         else:
             self.epoch += 1
-        if bar is not None:
-            bar.close()
         epoch_logs = {**self._results(sums), "time": time.perf_counter() - tic} if sums is not None else {}
         if eval_loader is not None and self.epoch > epoch:
             epoch_logs.update(self._eval_and_log(eval_loader))
+        if bar is not None:
+            bar.set_postfix(_shown({**logs, **self._eval_logs}), refresh=False)
+            bar.close()
+        if self.progress and epoch_logs:
+            seconds = epoch_logs.get("time", 0.0)
+            shown = " ".join(f"{k}={v}" for k, v in _shown(epoch_logs).items() if k != "time")
+            print(f"epoch {epoch + 1}/{epochs}: {shown} ({seconds:.1f} s)", flush=True)
         self.history.log("epoch", epoch, epoch_logs)
         self._call("on_epoch_end", epoch, epoch_logs)
         if self.checkpoints is not None and self.checkpoints.latest_step() != self.step:
@@ -592,6 +612,7 @@ class Trainer:
     def _eval_and_log(self, eval_loader) -> dict:
         results = self.evaluate(eval_loader)
         logs = {f"eval_{k}": v for k, v in results.items()}
+        self._eval_logs = logs
         self._log("eval", self.step, results)
         self._call("on_eval_end", logs)
         return logs
@@ -689,7 +710,7 @@ class Trainer:
 
     # -- logging ---------------------------------------------------------------------------------
     def _bar(self, total, initial, desc):
-        if not self.progress:
+        if self.progress is not True:
             return None
         from tqdm.auto import tqdm
 

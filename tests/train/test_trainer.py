@@ -257,6 +257,29 @@ def test_progress_bar_shows_loss_rate_and_eta(capsys):
     assert re.search(r"<\d\d:\d\d", err)  # tqdm's remaining-time estimate
 
 
+def test_fit_shows_eval_metrics_in_the_bar_and_a_line_per_epoch(capsys):
+    x, y = blobs()
+    t = trainer(progress=True)
+    t.fit((x, y), eval=(x, y), epochs=2, batch_size=16)
+    out, err = capsys.readouterr()
+    assert "eval_loss=" in err and "eval_acc=" in err  # the bar's postfix
+    lines = out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["epoch 1/2", "epoch 2/2"]
+    last = dict(item.split("=") for item in lines[-1].split(": ")[1].split(" (")[0].split())
+    assert sorted(last) == ["acc", "eval_acc", "eval_loss", "loss"]
+    assert float(last["eval_acc"]) == pytest.approx(t.history.last("eval", "acc"), abs=1e-3)
+    assert float(last["loss"]) == pytest.approx(t.history.last("epoch", "loss"), rel=1e-3)
+
+
+def test_progress_epoch_prints_the_lines_without_a_bar(capsys):
+    x, y = blobs()
+    trainer(progress="epoch").fit((x, y), eval=(x, y), epochs=1, batch_size=16)
+    out, err = capsys.readouterr()
+    assert out.startswith("epoch 1/1: loss=") and "eval_acc=" in out and "step/s" not in err
+    with pytest.raises(ValueError, match="progress expects True, False or 'epoch', got 'bar'"):
+        trainer(progress="bar")
+
+
 def _events(path):
     """Scalar (tag, step, value) records of a TensorBoard event file."""
     from tensorboardX.proto import event_pb2
