@@ -14,9 +14,8 @@ True
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from paddlejax import adapter
+from paddlejax import adapter, files
 from paddlejax.ir import attrs as attrs_lib
 from paddlejax.ir.core import Block, Op, Program, TensorType
 from paddlejax.ir.printer import Namer
@@ -33,12 +32,24 @@ from paddlejax.ir.verifier import STRUCTURAL, VerificationError, verify
 from paddlejax.ops import registry
 
 FORMAT = "paddlejax.program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_FILE_BYTES = 1 << 30
 MAX_BLOCK_DEPTH = 64
+# Parsed JSON costs several times its text; a document whose estimated cost passes this many
+# times its size (plus a floor) is refused before it is parsed.
+JSON_MEMORY_FACTOR = 16
+JSON_MEMORY_FLOOR = 32 << 20
+MAX_NAME_CHARS = 4096
+
+
+def _bind_tensors_v1(doc: dict) -> dict:
+    """Version 1 files do not bind their tensor file; version 2 records its sha256."""
+    doc["tensors"] = None
+    return doc
+
 
 # Migrations from older format versions: MIGRATIONS[v] turns a version-v document into v+1.
-MIGRATIONS: dict[int, Any] = {}
+MIGRATIONS: dict[int, Any] = {1: _bind_tensors_v1}
 
 _ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
               "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
@@ -107,8 +118,9 @@ def _block_json(block: Block, namer: Namer) -> dict:
     return {"name": block.name, "args": args, "ops": ops}
 
 
-def to_json(program: Program) -> dict:
-    """The JSON document of ``program`` (tensors not included)."""
+def to_json(program: Program, tensor_bytes: bytes | None = None) -> dict:
+    """The JSON document of ``program``; ``tensor_bytes`` is the tensor file it is saved beside,
+    whose size and sha256 the document records so that only that file is loaded with it."""
     from paddlejax import __version__
 
     params, constants = program.used_params(), program.used_constants()
@@ -116,6 +128,7 @@ def to_json(program: Program) -> dict:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "producer": {"paddlejax": __version__, "jax": jax.__version__},
+        "tensors": None if tensor_bytes is None else _digest(tensor_bytes),
         "name": program.name,
         "input_tree": _tree_json(program.in_tree),
         "output_tree": _tree_json(program.out_tree),
@@ -125,28 +138,33 @@ def to_json(program: Program) -> dict:
     }
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def _digest(data: bytes) -> dict:
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def save(program: Program, path) -> None:
-    """Write ``path.json`` (the program) and ``path.safetensors`` (parameters, constants)."""
-    doc = to_json(program)
+    """Write ``path.json`` (the program) and ``path.safetensors`` (parameters, constants).
+
+    The program is verified first (so what saves, loads), the JSON records the tensor file's
+    sha256 (so a JSON is never loaded beside another save's tensors), and both files are
+    replaced together: concurrent saves to one path take turns, and a save that fails part-way
+    leaves the previous pair as it was.
+    """
+    try:
+        verify(program)
+    except VerificationError as e:
+        raise VerificationError(f"cannot save an invalid program: {e}") from None
+    json_path, st_path = _paths(path)
+    if not json_path.name[: -len(".json")]:
+        raise ValueError(f"save path {str(path)!r} names a directory, not a file: give a file name "
+                         "such as 'out/model'")
     tensors = {}
     for prefix, arrays in (("params", program.used_params()), ("constants", program.used_constants())):
         for name, value in arrays.items():
             tensors[f"{prefix}/{name}"] = np.require(np.asarray(value), requirements="C")  # 0-d stays 0-d
-    json_path, st_path = _paths(path)
-    _atomic_write(st_path, safetensors.numpy.save(tensors, metadata={"format": "paddlejax.tensors"}))
-    _atomic_write(json_path, json.dumps(doc, indent=1).encode())
+    st_bytes = safetensors.numpy.save(tensors, metadata={"format": "paddlejax.tensors"})
+    doc = json.dumps(to_json(program, st_bytes), indent=1, allow_nan=False).encode()
+    files.write_together({st_path: st_bytes, json_path: doc})
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,7 +176,8 @@ class _Doc:
     @staticmethod
     def need(cond: bool, where: str, msg: str) -> None:
         if not cond:
-            raise ProgramFormatError(f"{where}: {msg}")
+            text = f"{where}: {msg}"
+            raise ProgramFormatError(text if len(text) <= 400 else f"{text[:150]} ... {text[-240:]}")
 
     @classmethod
     def obj(cls, data, where: str, keys: set[str], optional: set[str] = frozenset()) -> dict:
@@ -273,7 +292,8 @@ class _Builder:
         _Doc.need(isinstance(blocks_data, list), where, "blocks must be a list")
         blocks = [self.block(b, f"{where}.blocks[{i}]", depth + 1) for i, b in enumerate(blocks_data)]
         loc = data.get("loc")
-        _Doc.need(loc is None or isinstance(loc, str), where, "loc must be a string")
+        _Doc.need(loc is None or (isinstance(loc, str) and len(loc) <= MAX_NAME_CHARS), where,
+                  f"loc must be a string of at most {MAX_NAME_CHARS} characters")
         op = Op(kind, [self.values[o] for o in operands], result_types, attrs, blocks, loc)
         for r, value in zip(results, op.results):
             self._define(r["id"], value, where)
@@ -288,7 +308,7 @@ def _check_version(doc: dict) -> dict:
               "format_version", f"bad value {version!r}")
     if version > FORMAT_VERSION:
         producer = doc.get("producer", {})
-        by = producer.get("paddlejax") if isinstance(producer, dict) else None
+        by = str(producer.get("paddlejax"))[:40] if isinstance(producer, dict) else None
         raise ProgramFormatError(f"format_version {version} is newer than this paddlejax reads "
                                  f"({FORMAT_VERSION}); the file was written by paddlejax {by}: upgrade")
     while version < FORMAT_VERSION:
@@ -310,33 +330,75 @@ def read_tensors(path) -> dict[str, np.ndarray]:
     (2, 3)
     """
     path = Path(path)
-    data = _read(path)
+    return _decode_tensors(_read(path), path.name)
+
+
+def _decode_tensors(data: bytes, name: str) -> dict[str, np.ndarray]:
     try:
         entries = safetensors.deserialize(data)
     except Exception as e:
-        raise ProgramFormatError(f"{path.name}: not a valid safetensors file ({e})") from None
+        raise ProgramFormatError(f"{name}: not a valid safetensors file ({e})") from None
     out = {}
-    for name, entry in entries:
+    for tname, entry in entries:
         dtype = _NP_DTYPES.get(entry["dtype"])
         if dtype is None:
-            raise ProgramFormatError(f"{path.name}: tensor '{name}' has unsupported dtype {entry['dtype']}")
+            raise ProgramFormatError(f"{name}: tensor '{tname}' has unsupported dtype {entry['dtype']}")
         arr = np.frombuffer(bytes(entry["data"]), dtype=jax.numpy.dtype(dtype))
         try:
-            out[name] = arr.reshape(entry["shape"])
+            out[tname] = arr.reshape(entry["shape"])
         except ValueError:
-            raise ProgramFormatError(f"{path.name}: tensor '{name}' has {arr.size} elements for "
+            raise ProgramFormatError(f"{name}: tensor '{tname}' has {arr.size} elements for "
                                      f"shape {entry['shape']}") from None
     return out
 
 
 def _read(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise ProgramFormatError(f"cannot read {path}: {e.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise ProgramFormatError(f"{path.name} is {size} bytes; refusing files over {MAX_FILE_BYTES}")
-    return path.read_bytes()
+        return files.read_regular(path, MAX_FILE_BYTES)
+    except files.FileReadError as e:
+        raise ProgramFormatError(str(e)) from None
+
+
+def _no_duplicates(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ProgramFormatError(f"duplicate key {dup[:60]!r} in a JSON object")
+    return out
+
+
+def _no_constant(name: str):
+    raise ProgramFormatError(f"bare {name} in JSON (non-finite numbers are written as {{'float': 'nan'}})")
+
+
+def parse_json(raw: bytes, name: str):
+    """Parse a program file's JSON strictly and within bounded memory: duplicate keys, bare
+    ``NaN``/``Infinity`` and documents whose parsed form would cost more than a small multiple
+    of their size are refused with :class:`ProgramFormatError`.
+
+    >>> parse_json(b'{"a": 1, "a": 2}', "x.json")
+    Traceback (most recent call last):
+    ...
+    paddlejax.io.ProgramFormatError: x.json: duplicate key 'a' in a JSON object
+    """
+    # every JSON value is preceded or closed by one of these; each parsed value costs at most
+    # ~80 bytes of Python objects plus its characters
+    values = sum(raw.count(c) for c in (b",", b":", b"[", b"{")) + 1
+    estimate = 80 * values + 4 * len(raw)
+    if estimate > JSON_MEMORY_FLOOR + JSON_MEMORY_FACTOR * len(raw):
+        raise ProgramFormatError(f"{name}: {values} JSON values in {len(raw)} bytes would take about "
+                                 f"{estimate >> 20} MiB to parse; refusing (not a program file)")
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except ProgramFormatError as e:
+        raise ProgramFormatError(f"{name}: {e}") from None
+    except RecursionError:
+        raise ProgramFormatError(f"{name}: JSON nested too deeply") from None
+    except MemoryError:
+        raise ProgramFormatError(f"{name}: out of memory parsing the JSON") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProgramFormatError(f"{name}: not valid JSON ({e})") from None
 
 
 def _attach(kind: str, declared: dict, tensors: dict, where: str) -> dict[str, np.ndarray]:
@@ -354,17 +416,42 @@ def _attach(kind: str, declared: dict, tensors: dict, where: str) -> dict[str, n
     return out
 
 
-def from_json(doc: dict, tensors: dict[str, np.ndarray], where: str = "tensors") -> Program:
-    """Build and verify a Program from a parsed document and its tensors."""
+def _check_producer(producer) -> None:
+    _Doc.need(isinstance(producer, dict) and len(producer) <= 16, "producer", "expected a small object")
+    for k, v in producer.items():
+        _Doc.need(isinstance(v, str) and len(k) <= 64 and len(v) <= 256, f"producer.{k[:64]}",
+                  "expected a short string")
+
+
+def _check_binding(declared, digest: dict | None, where: str) -> None:
+    """The document names the tensor file it was saved with; refuse any other."""
+    if declared is None:  # a version-1 file, or a document built in memory
+        return
+    _Doc.obj(declared, "tensors", {"bytes", "sha256"})
+    _Doc.need(isinstance(declared["sha256"], str) and isinstance(declared["bytes"], int), "tensors",
+              "expected the tensor file's byte count and sha256")
+    if digest is not None and digest != declared:
+        raise ProgramFormatError(f"{where} does not belong to this program file (its sha256 differs from "
+                                 "the one recorded when they were saved): the two files come from different "
+                                 "saves, or a save was interrupted")
+
+
+def from_json(doc: dict, tensors: dict[str, np.ndarray], where: str = "tensors",
+              digest: dict | None = None) -> Program:
+    """Build and verify a Program from a parsed document and its tensors (``digest``: the
+    size and sha256 of the tensor file, checked against the one the document records)."""
     doc = _check_version(doc)
     _Doc.obj(doc, "file", {"format", "format_version", "name", "input_tree", "output_tree", "params",
-                           "constants", "body"}, {"producer"})
+                           "constants", "body", "tensors"}, {"producer"})
+    _check_producer(doc.get("producer", {}))
     tensors = dict(tensors)
     params = _attach("params", doc["params"], tensors, where)
     constants = _attach("constants", doc["constants"], tensors, where)
     _Doc.need(not tensors, where, f"unexpected tensors {sorted(tensors)[:5]}")
+    _check_binding(doc["tensors"], digest, where)
     body = _Builder().block(doc["body"], "body", 0)
-    _Doc.need(isinstance(doc["name"], str), "name", "must be a string")
+    _Doc.need(isinstance(doc["name"], str) and len(doc["name"]) <= MAX_NAME_CHARS, "name",
+              f"must be a string of at most {MAX_NAME_CHARS} characters")
     program = Program(body, params, constants, _treedef(doc["input_tree"], "input_tree"),
                       _treedef(doc["output_tree"], "output_tree"), doc["name"])
     used = set(program.used_params())
@@ -379,19 +466,17 @@ def from_json(doc: dict, tensors: dict[str, np.ndarray], where: str = "tensors")
 def load(path) -> Program:
     """Read a program saved by :func:`save`; :class:`ProgramFormatError` on any bad input."""
     json_path, st_path = _paths(path)
-    raw = _read(json_path)
+    with files.directory_lock(json_path.parent, shared=True):  # never half of a concurrent save
+        raw, st_bytes = _read(json_path), _read(st_path)
+    doc = parse_json(raw, json_path.name)
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise ProgramFormatError(f"{json_path.name}: JSON nested too deeply") from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ProgramFormatError(f"{json_path.name}: not valid JSON ({e})") from None
-    tensors = read_tensors(st_path)
-    try:
-        return from_json(doc, tensors, st_path.name)
+        tensors = _decode_tensors(st_bytes, st_path.name)
+        return from_json(doc, tensors, st_path.name, _digest(st_bytes))
     except ProgramFormatError:
         raise
     except RecursionError:
         raise ProgramFormatError(f"{json_path.name}: nested too deeply") from None
+    except MemoryError:
+        raise ProgramFormatError(f"{json_path.name}: out of memory building the program") from None
     except Exception as e:  # the last line of defence: never another exception type
         raise ProgramFormatError(f"{json_path.name}: malformed program ({type(e).__name__}: {e})") from None

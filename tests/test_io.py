@@ -1,4 +1,5 @@
 """Saved programs: round trips, and one clear error type for every kind of bad file."""
+import hashlib
 import json
 
 import jax
@@ -44,7 +45,9 @@ def test_round_trip_gives_identical_ir_and_outputs(saved):
 def test_files_are_json_and_safetensors(saved):
     _, path = saved
     doc = json.loads(path.with_suffix(".json").read_text())
-    assert doc["format"] == "paddlejax.program" and doc["format_version"] == 1
+    assert doc["format"] == "paddlejax.program" and doc["format_version"] == pj.io.FORMAT_VERSION
+    tensor_file = path.with_suffix(".safetensors").read_bytes()  # the program names its tensor file
+    assert doc["tensors"] == {"bytes": len(tensor_file), "sha256": hashlib.sha256(tensor_file).hexdigest()}
     assert doc["producer"]["paddlejax"] == pj.__version__ and doc["producer"]["jax"] == jax.__version__
     from safetensors import safe_open
 
@@ -197,3 +200,228 @@ def test_scalar_parameters_keep_their_shape(tmp_path):
     pj.save(prog, tmp_path / "m")
     loaded = pj.load(tmp_path / "m")
     assert loaded.params["s"].shape == () and loaded(jnp.ones(2)).tolist() == [3.0, 3.0]
+
+
+# --- attributes are checked when a program is loaded, not when it runs --------------------
+
+def _op(doc, kind):
+    """The first op of ``kind`` anywhere in the document (sub-blocks included)."""
+    def walk(block):
+        for op in block["ops"]:
+            yield op
+            for b in op.get("blocks", []):
+                yield from walk(b)
+    return next(op for op in walk(doc["body"]) if op["type"] == kind)
+
+
+@pytest.mark.parametrize("value", [True, False, 3.0, {"float": "nan"}, {"float": "inf"}, "HIGHEST",
+                                   {"tuple": [True, True]}, {"list": []}])
+def test_dot_general_precision_of_the_wrong_kind_is_refused(tmp_path, value):
+    # these once passed the loader and aborted the process inside XLA ("LLVM ERROR: Invalid value")
+    path = tmp_path / "m"
+    pj.save(pj.trace(lambda x: x @ x.T, jnp.ones((2, 3))), path)
+    edit(path, lambda d: _op(d, "lax.dot_general")["attrs"].update(precision=value))
+    with pytest.raises(ProgramFormatError, match=r"lax.dot_general.*attribute 'precision' must be None, "
+                                                 r"a lax.Precision or a pair of them"):
+        pj.load(path)
+
+
+def test_attributes_a_primitive_does_not_take_are_refused(tmp_path):
+    path = tmp_path / "m"
+    pj.save(pj.trace(lambda x: x @ x.T, jnp.ones((2, 3))), path)
+    edit(path, lambda d: _op(d, "lax.dot_general")["attrs"].update(fast=True))
+    with pytest.raises(ProgramFormatError, match="unknown attribute 'fast'"):
+        pj.load(path)
+
+
+@pytest.mark.parametrize("kind, attr, value, message", [
+    ("conv2d", "kernel", "bogus", "kernel 'bogus' is not a variant of conv2d"),
+    ("scan", "unroll", {"float": "nan"}, "scan unroll must be"),
+    ("scan", "unroll", {"float": "inf"}, "scan unroll must be"),
+    ("scan", "unroll", "twice", "scan unroll must be"),
+    ("scan", "length", -2, "scan length must be a dimension"),
+    ("lax.exp", "accuracy", True, "attribute 'accuracy' must be None or a lax.AccuracyMode"),
+    ("lax.exp", "accuracy", 65, "attribute 'accuracy' must be None or a lax.AccuracyMode"),
+    ("main return", "donate", "abc", "donate must list distinct input positions below 1"),
+    ("main return", "donate", 3, "donate must list distinct input positions below 1"),
+    ("main return", "donate", {"tuple": [0, 0]}, "donate must list distinct input positions below 1"),
+    ("conv2d", "remat_segment", -1, "remat_segment must be an int >= 0"),
+    ("return", "donate", {"tuple": [0]}, "only the main block's return carries a donate annotation"),
+])
+def test_attributes_that_would_fail_at_run_time_are_refused_at_load(tmp_path, kind, attr, value, message):
+    def fn(p, x):
+        h = pj.ops.conv2d(x, p["conv.weight"], p["conv.bias"], padding=1, data_format="NHWC")
+        c, _ = jax.lax.scan(lambda c, row: (c + jnp.exp(row).sum(), None), 0.0, h.reshape(h.shape[0], -1))
+        return c
+
+    path = tmp_path / "m"
+    pj.save(pj.trace(fn, jnp.ones((2, 5, 5, 2)), params=PARAMS), path)
+    pj.load(path)  # the unedited file loads
+    target = (lambda d: d["body"]["ops"][-1]) if kind == "main return" else (lambda d: _op(d, kind))
+    edit(path, lambda d: target(d).setdefault("attrs", {}).update({attr: value}))
+    with pytest.raises(ProgramFormatError, match=message):
+        pj.load(path)
+
+
+def test_saving_refuses_a_program_that_would_not_load(tmp_path):
+    prog = pj.trace(lambda x: x @ x.T, jnp.ones((2, 3)))
+    dot = next(op for op in prog.body.ops if op.type == "lax.dot_general")
+    dot.attrs["precision"] = True
+    with pytest.raises(ValueError, match="cannot save an invalid program.*'precision' must be"):
+        pj.save(prog, tmp_path / "m")
+    assert not list(tmp_path.iterdir())
+
+
+# --- the program file and its tensor file are one unit -------------------------------------
+
+def test_a_tensor_file_from_another_save_is_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    pj.save(pj.trace(model, jnp.ones((1, 5, 5, 2)), params=PARAMS), a)
+    pj.save(pj.trace(model, jnp.ones((1, 5, 5, 2)), params=jax.tree.map(lambda v: v * 2, PARAMS)), b)
+    a.with_suffix(".safetensors").write_bytes(b.with_suffix(".safetensors").read_bytes())
+    with pytest.raises(ProgramFormatError, match="a.safetensors does not belong to this program file"):
+        pj.load(a)
+
+
+def test_a_save_that_fails_part_way_leaves_the_old_pair(saved, monkeypatch):
+    import errno
+
+    prog, path = saved
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    real = pj.files._write_synced
+    calls = []
+
+    def disk_full_on_the_second_file(target, data):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(target, data)
+
+    monkeypatch.setattr(pj.files, "_write_synced", disk_full_on_the_second_file)
+    bigger = pj.trace(model, jnp.ones((1, 5, 5, 2)), params=jax.tree.map(lambda v: v * 2, PARAMS))
+    with pytest.raises(OSError, match="No space left"):
+        pj.save(bigger, path)
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == before  # no temp files either
+    assert str(pj.load(path)) == str(prog)
+
+
+def _save_many(path, scale, n):
+    import paddlejax as pj  # in a worker process
+    params = {k: v * scale for k, v in PARAMS.items()}
+    prog = pj.trace(model, jnp.ones((1, 5, 5, 2)), params=params)
+    for _ in range(n):
+        pj.save(prog, path)
+
+
+@pytest.mark.slow
+def test_concurrent_saves_to_one_path_end_with_one_consistent_pair(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "m"
+    ctx = multiprocessing.get_context("spawn")
+    for trial in range(3):
+        workers = [ctx.Process(target=_save_many, args=(path, scale, 15)) for scale in (1.0, 2.0)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=120)
+            assert w.exitcode == 0
+        loaded = pj.load(path)  # refused if the files came from different saves
+        assert float(loaded.params["conv.bias"][1]) in (1.0, 2.0)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.safetensors"]
+
+
+def test_saved_files_follow_the_umask(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        pj.save(pj.trace(lambda x: x + 1, jnp.ones(2)), tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {oct(0o644)}
+
+
+def test_a_killed_save_leaves_nothing_once_the_next_save_runs(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    leftover = tmp_path / f".m.safetensors.{dead}.1a2b3c4d.tmp"
+    leftover.write_bytes(b"\0" * 4096)  # what a save killed mid-write leaves
+    pj.save(pj.trace(lambda x: x + 1, jnp.ones(2)), tmp_path / "m")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.safetensors"]
+
+
+def test_a_directory_is_not_a_save_path(tmp_path):
+    with pytest.raises(ValueError, match="names a directory"):
+        pj.save(pj.trace(lambda x: x + 1, jnp.ones(2)), str(tmp_path / "adir") + "/")
+
+
+def test_version_1_files_without_a_tensor_binding_still_load(saved):
+    prog, path = saved
+    edit(path, lambda d: (d.pop("tensors"), d.update(format_version=1)))
+    assert str(pj.load(path)) == str(prog)
+
+
+# --- loading is bounded in memory and reads only regular files -----------------------------
+
+def test_a_document_that_would_take_much_more_memory_than_its_size_is_refused(saved):
+    import tracemalloc
+
+    _, path = saved
+    doc = json.loads(path.with_suffix(".json").read_text())
+    text = json.dumps(doc)[:-1] + ', "x": [' + ",".join(["{}"] * 2_000_000) + "]}"
+    path.with_suffix(".json").write_text(text)  # 6 MB that once cost ~25x its size in memory
+    tracemalloc.start()
+    with pytest.raises(ProgramFormatError, match="would take about .* MiB to parse"):
+        pj.load(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 * len(text)
+
+
+def test_producer_must_be_a_small_object_of_strings(saved):
+    _, path = saved
+    edit(path, lambda d: d.update(producer=[{}, {}]))
+    with pytest.raises(ProgramFormatError, match="producer: expected a small object"):
+        pj.load(path)
+
+
+def test_devices_and_fifos_are_refused_without_reading_them(saved):
+    import os
+
+    _, path = saved
+    json_path = path.with_suffix(".json")
+    json_path.unlink()
+    json_path.symlink_to("/dev/zero")
+    with pytest.raises(ProgramFormatError, match="is not a regular file"):
+        pj.load(path)
+    json_path.unlink()
+    os.mkfifo(json_path)  # opening a FIFO for reading would wait for a writer forever
+    with pytest.raises(ProgramFormatError, match="is not a regular file"):
+        pj.load(path)
+
+
+def test_running_out_of_memory_is_a_format_error(saved, monkeypatch):
+    _, path = saved
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(pj.io.json, "loads", exhausted)
+    with pytest.raises(ProgramFormatError, match="out of memory"):
+        pj.load(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"format": "paddlejax.program", "format": "x"}', "duplicate key 'format'"),
+    ('{"format": NaN}', "bare NaN in JSON"),
+    ('{"format": -Infinity}', "bare -Infinity in JSON"),
+])
+def test_json_is_parsed_strictly(saved, text, message):
+    _, path = saved
+    path.with_suffix(".json").write_text(text)
+    with pytest.raises(ProgramFormatError, match=message):
+        pj.load(path)
