@@ -6,11 +6,13 @@ primitives by name, and the small differences between jax 0.10 and 0.11.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
 
 import jax
+import numpy as np
 from jax.extend import core as jcore
 from jax.interpreters import ad, batching, mlir
 
@@ -28,7 +30,13 @@ def _aval_varying(aval) -> frozenset:
     return frozenset(getattr(aval, "vma", ()))
 
 
-def _varying_axes(x) -> frozenset:
+def varying_axes(x) -> frozenset:
+    """The mesh axes over which ``x`` varies inside ``shard_map`` (those its rows differ over);
+    empty outside ``shard_map``.
+
+    >>> varying_axes(jax.numpy.ones(3))
+    frozenset()
+    """
     return _aval_varying(jax.typeof(x))
 
 
@@ -38,12 +46,12 @@ def match_varying(args):
     Lax ops do the same before binding; without it a replicated weight meeting a sharded
     activation is a type error.
     """
-    axes = frozenset().union(*(_varying_axes(a) for a in args))
+    axes = frozenset().union(*(varying_axes(a) for a in args))
     if not axes:
         return args
     out = []
     for a in args:
-        missing = tuple(sorted(axes - _varying_axes(a)))
+        missing = tuple(sorted(axes - varying_axes(a)))
         out.append(jax.lax.pcast(a, missing, to="varying") if missing else a)
     return out
 
@@ -138,6 +146,104 @@ def scan_counts(params) -> tuple[int, int]:
         return params["num_consts"], params["num_carry"]
     consts, carry, _ = params["ft_in"].unpack()
     return len(list(consts)), len(list(carry))
+
+
+def differentiable(dtype) -> bool:
+    """Whether values of ``dtype`` have tangents of their own type (floating and complex do;
+    integers and booleans have ``float0`` tangents, which a program never holds)."""
+    return jax.numpy.issubdtype(dtype, jax.numpy.inexact)
+
+
+@dataclasses.dataclass
+class SubJaxpr:
+    """A jaxpr read as a block: its equations run over ``invars`` (with ``constvars`` bound to
+    ``consts``) and the block returns ``outvars``, which may also name inputs or constants."""
+
+    eqns: list
+    constvars: list
+    consts: list
+    invars: list
+    outvars: list
+
+
+def sub_jaxpr(jaxpr, consts, outvars=None) -> SubJaxpr:
+    """The parts of ``jaxpr`` traced with ``consts``. Up to jax 0.10 an open jaxpr lists its
+    constant variables apart; from 0.11 on they lead its inputs unless values are attached."""
+    all_vars = [*jaxpr.constvars, *jaxpr.invars]
+    n = len(consts)
+    return SubJaxpr(list(jaxpr.eqns), all_vars[:n], list(consts), all_vars[n:],
+                    list(jaxpr.outvars if outvars is None else outvars))
+
+
+def custom_rule_name(params) -> str:
+    """The name of the function a ``custom_jvp_call`` / ``custom_vjp_call`` equation wraps."""
+    jaxpr, _ = open_jaxpr(params["call_jaxpr"])
+    return getattr(jaxpr.debug_info, "func_name", None) or "<unknown>"
+
+
+def _no_tracers(consts, what: str) -> None:
+    # A rule that closes over a value of the traced function is traced after capture ends, so
+    # it holds a leaked tracer; JAX itself cannot stage such a rule either.
+    if any(isinstance(c, jax.core.Tracer) for c in consts):
+        raise ValueError(f"its {what} closes over a traced value of the enclosing function")
+
+
+def custom_jvp_rule(params, in_avals) -> tuple[SubJaxpr, list[int]]:
+    """The JVP rule of a ``custom_jvp_call`` equation with inputs ``in_avals``, traced.
+
+    The rule maps the primal inputs (the equation's inputs after its ``num_consts``
+    constants) and the tangents of the differentiable ones to the outputs and the tangents
+    of the outputs not listed in the returned ``zero_tangents`` (those the rule leaves
+    zero, and every non-differentiable output).
+    """
+    xs = in_avals[params["num_consts"]:]
+    jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*[not differentiable(a.dtype) for a in xs])
+    _no_tracers(consts, "JVP rule")
+    n_out = len(out_zeros)
+    nonzero = iter(jaxpr.outvars[n_out:])
+    tangents = [None if z else next(nonzero) for z in out_zeros]
+    tangents = [t if t is not None and differentiable(t.aval.dtype) else None for t in tangents]
+    outvars = [*jaxpr.outvars[:n_out], *(t for t in tangents if t is not None)]
+    return sub_jaxpr(jaxpr, consts, outvars), [i for i, t in enumerate(tangents) if t is None]
+
+
+def custom_vjp_rule(params, in_avals) -> tuple[SubJaxpr, SubJaxpr]:
+    """The forward and backward rules of a ``custom_vjp_call`` equation with inputs ``in_avals``.
+
+    The forward rule maps the primal inputs (after the ``num_consts`` constants) to
+    ``(*residuals, *outputs)``; the backward rule maps ``(*residuals, *cotangents of the
+    differentiable outputs)`` to the cotangents of the differentiable inputs. The backward
+    rule is a Python function, traced here on abstract values.
+    """
+    n = params["num_consts"]
+    xs = in_avals[n:]
+    fwd, fwd_consts = params["fwd_jaxpr_thunk"].call_wrapped(*[differentiable(a.dtype) for a in xs])
+    _no_tracers(fwd_consts, "forward rule")
+    fwd_rule = sub_jaxpr(fwd, fwd_consts)
+    _, _, forwards = params["out_trees"]()
+    # Residuals that are inputs are left out of the forward jaxpr's outputs and forwarded.
+    kept = iter(fwd_rule.outvars)
+    residuals = [next(kept) if f is None else fwd_rule.invars[f - n] for f in forwards]
+    outs = list(kept)
+    fwd_rule.outvars = [*residuals, *outs]
+    out_avals = [v.aval for v in outs]
+    bwd = params["bwd"]
+
+    def flat_bwd(*args):
+        res, cts = iter(args[:len(residuals)]), iter(args[len(residuals):])
+        all_cts = [next(cts) if differentiable(a.dtype) else np.zeros(a.shape, jax.dtypes.float0)
+                   for a in out_avals]
+        in_cts = bwd.call_wrapped(*res, *all_cts)
+        if isinstance(in_cts, tuple):  # jax >= 0.11: (cotangents, backward-pass logs)
+            in_cts = in_cts[0]
+        return [jax.numpy.asarray(ad.instantiate_zeros(ct), a.dtype)
+                for ct, a in zip(in_cts, xs) if differentiable(a.dtype)]
+
+    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in residuals]
+    structs += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals if differentiable(a.dtype)]
+    bwd_jaxpr, bwd_consts = make_jaxpr(flat_bwd, *structs)
+    _no_tracers(bwd_consts, "backward rule")
+    return fwd_rule, sub_jaxpr(bwd_jaxpr, bwd_consts)
 
 
 def is_literal(x) -> bool:

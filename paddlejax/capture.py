@@ -2,8 +2,13 @@
 
 ``trace`` runs ``jax.make_jaxpr`` over (parameters, inputs) and converts the jaxpr: our
 primitives become registry ops, other JAX primitives become generic ``lax.*`` ops carrying
-their parameters, nested calls (``jit``, custom derivatives, remat) are inlined and
-``cond``/``while``/``scan`` become ops with sub-blocks.
+their parameters, nested calls (``jit``, remat) are inlined and ``cond``/``while``/``scan``
+become ops with sub-blocks. Functions with custom derivative rules (``jax.custom_jvp``,
+``jax.custom_vjp``) become ``custom_jvp`` / ``custom_vjp`` ops holding the primal
+computation and the rule as sub-blocks, so gradients of the program use the rule. A rule
+usually calls its own function again (``jax.nn.relu``'s rule computes ``relu(x)``), which
+JAX expands lazily; the program keeps rules of functions called inside rules two levels
+deep, so first and second derivatives use the rules, and inlines deeper calls.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x: jnp.tanh(x) + 1.0, pj.InputSpec((None, 3)))
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import warnings
 from typing import Any
 
 import jax
@@ -27,6 +33,11 @@ from paddlejax.ops import registry
 
 class CaptureError(ValueError):
     """A construct the IR cannot represent; the message names the source line."""
+
+
+class CaptureWarning(UserWarning):
+    """Capture kept a function's values but not its custom derivative rule; the message names
+    the function and the source line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,12 +259,11 @@ def _input_name(path, arg_names, x) -> str:
     return f"{base}.{rest}" if rest else base
 
 
-# Primitives whose sub-jaxpr is inlined: plain calls, custom derivatives (the IR keeps the
-# primal computation; JAX differentiates the lowered program), remat (a pass decides).
+# Primitives whose sub-jaxpr is inlined: plain calls and remat (a pass decides). A custom
+# derivative whose rule cannot be captured is inlined too, with a CaptureWarning.
 _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-           "custom_vjp_call_jaxpr": "fun_jaxpr", "checkpoint": "jaxpr", "remat": "jaxpr",
-           "custom_lin": None}
+           "checkpoint": "jaxpr", "remat": "jaxpr", "custom_lin": None,
+           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr"}
 
 
 class _Converter:
@@ -261,6 +271,7 @@ class _Converter:
 
     def __init__(self, constants: dict[str, Any] | None = None):
         self.constants: dict[str, Any] = {} if constants is None else constants
+        self.rule_depth = 0  # how many custom derivative rules enclose the block being built
 
     def program(self, jaxpr, consts, param_names, params, input_names, in_tree, out_tree, name):
         n_params = len(param_names)
@@ -301,22 +312,28 @@ class _Converter:
         return env[v]
 
     def _sub_block(self, closed, name):
-        jaxpr, consts = adapter.open_jaxpr(closed)
-        block = Block([TensorType.of(v.aval) for v in jaxpr.invars], name)
-        env = dict(zip(jaxpr.invars, block.args))
-        self._bind_consts(block, env, jaxpr.constvars, consts)
-        self._convert(jaxpr, block, env)
-        block.append(Op("return", [self._read(block, env, v) for v in jaxpr.outvars], []))
+        return self._rule_block(adapter.sub_jaxpr(*adapter.open_jaxpr(closed)), name)
+
+    def _rule_block(self, sub: adapter.SubJaxpr, name):
+        block = Block([TensorType.of(v.aval) for v in sub.invars], name)
+        env = dict(zip(sub.invars, block.args))
+        self._bind_consts(block, env, sub.constvars, sub.consts)
+        self._convert(sub, block, env)
+        block.append(Op("return", [self._read(block, env, v) for v in sub.outvars], []))
         return block
 
     def _convert(self, jaxpr, block, env):
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             operands = [self._read(block, env, v) for v in eqn.invars]
-            if name in _INLINE:
+            op = None
+            if name in _CUSTOM:
+                op = self._custom_derivative(eqn, operands)
+            elif name not in _INLINE:
+                op = self._make_op(eqn, operands)
+            if op is None:
                 self._inline(eqn, operands, block, env)
                 continue
-            op = self._make_op(eqn, operands)
             block.append(op)
             for var, value in zip(eqn.outvars, op.results):
                 if not adapter.is_dropvar(var):
@@ -336,6 +353,42 @@ class _Converter:
         for var, out in zip(eqn.outvars, inner.outvars):
             if not adapter.is_dropvar(var):
                 env[var] = self._read(block, inner_env, out)
+
+    def _custom_derivative(self, eqn, operands) -> Op | None:
+        """A ``custom_jvp`` / ``custom_vjp`` op keeping the rule, or None when the primal
+        computation is inlined instead: inside rules ``_RULE_DEPTH`` deep, or (with a
+        warning) when the rule cannot be captured."""
+        if self.rule_depth >= _RULE_DEPTH:
+            return None
+        kind, params = _CUSTOM[eqn.primitive.name], eqn.params
+        fn_name = adapter.custom_rule_name(params)
+        in_avals = [v.aval for v in eqn.invars]
+        constants = dict(self.constants)
+        self.rule_depth += 1
+        try:
+            if kind == "custom_jvp":
+                rule, zero_tangents = adapter.custom_jvp_rule(params, in_avals)
+                rules = [self._rule_block(rule, "jvp")]
+            else:
+                fwd, bwd = adapter.custom_vjp_rule(params, in_avals)
+                rules, zero_tangents = [self._rule_block(fwd, "fwd"), self._rule_block(bwd, "bwd")], []
+        except Exception as e:  # the rule is user code traced on abstract values: anything may fail
+            self.constants.clear()  # drop what the failed rule added
+            self.constants.update(constants)
+            reason = (str(e).strip().splitlines() or [""])[0][:200]
+            warnings.warn(f"{_where(eqn)}: the {kind} rule of '{fn_name}' cannot be captured "
+                          f"({type(e).__name__}: {reason}); the program keeps its primal "
+                          "computation, so gradients through the program ignore the rule",
+                          CaptureWarning, stacklevel=2)
+            return None
+        finally:
+            self.rule_depth -= 1
+        attrs = {"name": fn_name, "num_consts": params["num_consts"]}
+        if zero_tangents:
+            attrs["zero_tangents"] = tuple(zero_tangents)
+        result_types = [TensorType.of(v.aval) for v in eqn.outvars]
+        blocks = [self._sub_block(params["call_jaxpr"], "primal"), *rules]
+        return Op(kind, operands, result_types, attrs, blocks, adapter.source_line(eqn))
 
     def _make_op(self, eqn, operands):
         if not all(_is_numeric(v.aval) for v in eqn.outvars):
@@ -374,6 +427,11 @@ class _Converter:
                 raise CaptureError(f"{_where(eqn)}: '{name}' has a parameter '{key}' of type "
                                    f"{type(value).__name__} that a program cannot hold")
         return Op(f"lax.{name}", operands, result_types, attrs, loc=loc)
+
+
+# The JAX primitives of functions with custom derivative rules, and the ops they become.
+_CUSTOM = {"custom_jvp_call": "custom_jvp", "custom_vjp_call": "custom_vjp"}
+_RULE_DEPTH = 2
 
 
 def _where(eqn) -> str:

@@ -5,7 +5,9 @@ the same primitives the captured function did, so XLA compiles the same program.
 ``jax.grad`` it is an ordinary JAX function. Consecutive ops marked ``remat_segment=k`` (by
 the ``remat`` pass) run as one ``jax.checkpoint`` function, recomputed in the backward pass.
 An op marked ``kernel="name"`` (by the ``autotune`` pass) runs its registered variant of that
-name inline instead of binding the op's primitive.
+name inline instead of binding the op's primitive. Ops holding a custom derivative rule
+(``custom_jvp``, ``custom_vjp``) run as ``jax.custom_jvp`` / ``jax.custom_vjp`` functions, so
+JAX differentiates them with the captured rule.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x: x * 2.0, jnp.ones(3))
@@ -19,6 +21,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax import lax
+from jax.custom_derivatives import SymbolicZero, zero_from_primal
 
 from paddlejax import adapter
 from paddlejax.ir.attrs import kernel_attrs, resolve
@@ -35,17 +38,47 @@ class Context:
         self.dims = dims
 
 
+# NumPy's 64-bit defaults and the 32-bit types JAX computes in while 64-bit mode is off
+_NARROWED = {"float64": "float32", "int64": "int32", "uint64": "uint32", "complex128": "complex64"}
+
+
+def dtype_name(x) -> str:
+    """The dtype name of an input: an array's, or what NumPy makes of a scalar or list."""
+    try:
+        return np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype).name
+    except TypeError:  # e.g. a PRNG key's dtype, which no program input declares
+        return str(x.dtype)
+
+
+def input_dtype(declared: str, got: str) -> str | None:
+    """The dtype a program input declared ``declared`` takes an input of dtype ``got`` as.
+
+    One rule for :meth:`Program.__call__`, :meth:`Program.apply` and the inference
+    :class:`~paddlejax.inference.Predictor`: an input of the declared dtype is taken as it is;
+    one of its 64-bit twin (float64 for float32, int64 for int32, uint64 for uint32,
+    complex128 for complex64: NumPy's defaults) is cast to the declared dtype, as ``jax.jit``
+    casts NumPy arrays; any other dtype is refused (``None``): no silent change of kind or
+    of a reduced precision.
+
+    >>> input_dtype("float32", "float64"), input_dtype("float32", "int32"), input_dtype("bfloat16", "float64")
+    ('float32', None, None)
+    """
+    want = jax.dtypes.canonicalize_dtype(declared).name
+    return want if got == want or _NARROWED.get(got) == want else None
+
+
 def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
-    """Flatten ``inputs``, check them against the program's input types, and solve symbolic sizes."""
+    """Flatten ``inputs``, check them against the program's input types (casting 64-bit twins
+    of the declared dtypes, see :func:`input_dtype`), and solve symbolic sizes."""
     leaves, tree = jax.tree_util.tree_flatten(tuple(inputs))
     if tree != program.in_tree:
         raise TypeError(f"{program.name}: expects inputs structured as {program.in_tree}, got {tree}")
     dims: dict[str, Any] = {}
-    for value, x in zip(program.inputs, leaves):
-        got = TensorType(tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape),
-                         jax.dtypes.canonicalize_dtype(jax.numpy.result_type(x)).name)
+    for i, (value, x) in enumerate(zip(program.inputs, leaves)):
+        got = TensorType(tuple(x.shape) if hasattr(x, "shape") else np.shape(x), dtype_name(x))
         want = value.type
-        ok = len(got.shape) == len(want.shape) and got.dtype == jax.dtypes.canonicalize_dtype(want.dtype).name
+        dtype = input_dtype(want.dtype, got.dtype)
+        ok = dtype is not None and len(got.shape) == len(want.shape)
         for w, g in zip(want.shape, got.shape) if ok else ():
             if isinstance(w, int):
                 ok &= (w == g)
@@ -54,6 +87,8 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
         if not ok:
             raise ValueError(f"{program.name}: input '{value.name}' expects {want}, got "
                              f"{got}")
+        if got.dtype != dtype:
+            leaves[i] = x.astype(dtype) if hasattr(x, "astype") else np.asarray(x, dtype)
     return leaves, dims
 
 
@@ -197,6 +232,63 @@ def _scan(op, args, ctx):
     return [*carry, *ys]
 
 
+def _custom_jvp(op, args, ctx):
+    """``jax.custom_jvp`` of the primal block with the jvp block as its rule.
+
+    The rule block takes the primal inputs and the tangents of the differentiable ones and
+    returns the outputs and the tangents of those not in ``zero_tangents``.
+    """
+    primal, rule = op.blocks
+    nc = op.attrs["num_consts"]
+    consts, n_out = args[:nc], len(op.results)
+    zero = set(op.attrs.get("zero_tangents", ()))
+    has_tangent = [adapter.differentiable(v.type.dtype) for v in op.operands[nc:]]
+
+    @jax.custom_jvp
+    def fn(*xs):
+        return tuple(run_block(primal, [*consts, *xs], ctx))
+
+    def jvp(primals, tangents):
+        dense = [jax.numpy.zeros_like(x) if isinstance(t, SymbolicZero) else t
+                 for x, t, d in zip(primals, tangents, has_tangent) if d]
+        out = run_block(rule, [*primals, *dense], ctx)
+        nonzero = iter(out[n_out:])
+        return tuple(out[:n_out]), tuple(zero_from_primal(y, symbolic_zeros=True) if i in zero else next(nonzero)
+                                         for i, y in enumerate(out[:n_out]))
+
+    fn.defjvp(jvp, symbolic_zeros=True)
+    return list(fn(*args[nc:]))
+
+
+def _custom_vjp(op, args, ctx):
+    """``jax.custom_vjp`` of the primal block with the fwd and bwd blocks as its rule.
+
+    The fwd block returns ``(*residuals, *outputs)``; the bwd block takes the residuals and
+    the cotangents of the differentiable outputs and returns those of the differentiable
+    inputs (the others get none).
+    """
+    primal, fwd_block, bwd_block = op.blocks
+    nc = op.attrs["num_consts"]
+    consts, n_res = args[:nc], len(fwd_block.results) - len(op.results)
+    in_diff = [adapter.differentiable(v.type.dtype) for v in op.operands[nc:]]
+    out_diff = [adapter.differentiable(r.type.dtype) for r in op.results]
+
+    @jax.custom_vjp
+    def fn(*xs):
+        return tuple(run_block(primal, [*consts, *xs], ctx))
+
+    def fwd(*xs):
+        out = run_block(fwd_block, list(xs), ctx)
+        return tuple(out[n_res:]), tuple(out[:n_res])
+
+    def bwd(res, cts):
+        grads = iter(run_block(bwd_block, [*res, *(c for c, d in zip(cts, out_diff) if d)], ctx))
+        return tuple(next(grads) if d else None for d in in_diff)
+
+    fn.defvjp(fwd, bwd)
+    return list(fn(*args[nc:]))
+
+
 def _dim_as_value(op, args, ctx):
     dim = resolve(op.attrs["dim"], ctx.dims)
     if isinstance(dim, int):  # a size known at run time is a constant (its primitive only lowers symbols)
@@ -205,5 +297,6 @@ def _dim_as_value(op, args, ctx):
 
 
 _RULES: dict[str, Callable] = {"param": _param, "constant": _constant, "cond": _cond,
-                               "while": _while, "scan": _scan, "lax.dim_as_value": _dim_as_value}
+                               "while": _while, "scan": _scan, "custom_jvp": _custom_jvp,
+                               "custom_vjp": _custom_vjp, "lax.dim_as_value": _dim_as_value}
 

@@ -19,7 +19,7 @@ from paddlejax import adapter
 from paddlejax.ir import attrs as attrs_lib
 from paddlejax.ir.core import Block, Op, Program, TensorType, Value
 
-STRUCTURAL = ("param", "constant", "return", "cond", "while", "scan")
+STRUCTURAL = ("param", "constant", "return", "cond", "while", "scan", "custom_jvp", "custom_vjp")
 
 
 class VerificationError(ValueError):
@@ -121,6 +121,7 @@ class _Verifier:
             defined.update(op.results)
 
     def check_op(self, op: Op) -> None:
+        check_attrs(op, len(self.program.inputs) if op.parent is self.program.body else None)
         in_types = [v.type for v in op.operands]
         out_types = [r.type for r in op.results]
         if op.type == "return":
@@ -135,9 +136,13 @@ class _Verifier:
             self._check_while(op, in_types, out_types)
         elif op.type == "scan":
             self._check_scan(op, in_types, out_types)
+        elif op.type == "custom_jvp":
+            self._check_custom_jvp(op, in_types, out_types)
+        elif op.type == "custom_vjp":
+            self._check_custom_vjp(op, in_types, out_types)
         else:
             if op.blocks:
-                raise VerificationError("only cond, while and scan hold blocks")
+                raise VerificationError("only cond, while, scan, custom_jvp and custom_vjp hold blocks")
             inferred = _cached_infer(op, in_types, self.shapes)
             if inferred != out_types:
                 raise VerificationError(f"results are {_types(out_types)} but the inputs give "
@@ -178,7 +183,7 @@ class _Verifier:
 
     def _check_while(self, op, in_types, out_types):
         nc, nb = op.attrs.get("cond_nconsts"), op.attrs.get("body_nconsts")
-        if len(op.blocks) != 2 or not isinstance(nc, int) or not isinstance(nb, int) or nc + nb > len(in_types):
+        if len(op.blocks) != 2 or not _count(nc) or not _count(nb) or nc + nb > len(in_types):
             raise VerificationError("while takes cond and body blocks and valid const counts")
         carry = in_types[nc + nb:]
         self.block(op.blocks[0], in_types[:nc] + carry)
@@ -191,9 +196,15 @@ class _Verifier:
     def _check_scan(self, op, in_types, out_types):
         a = op.attrs
         nc, ncarry, length = a.get("num_consts"), a.get("num_carry"), a.get("length")
-        if len(op.blocks) != 1 or not isinstance(nc, int) or not isinstance(ncarry, int) \
+        if len(op.blocks) != 1 or not _count(nc) or not _count(ncarry) \
                 or nc + ncarry > len(in_types) or not isinstance(a.get("reverse"), bool):
             raise VerificationError("scan takes one body block and valid counts")
+        unroll = a.get("unroll", 1)
+        if not (isinstance(unroll, bool) or (isinstance(unroll, int) and 1 <= unroll < 2 ** 31)):
+            raise VerificationError(f"scan unroll must be true, false or an int >= 1, not {unroll!r}")
+        if not (isinstance(length, attrs_lib.SymDim) or (isinstance(length, int) and not isinstance(length, bool)
+                                                         and 0 <= length < 2 ** 62)):
+            raise VerificationError(f"scan length must be a dimension, not {length!r}")
         length = length.expr if isinstance(length, attrs_lib.SymDim) else length
         xs = in_types[nc + ncarry:]
         if any(not t.shape or t.shape[0] != length for t in xs):
@@ -207,10 +218,86 @@ class _Verifier:
         if out_types != carry + ys:
             raise VerificationError(f"scan results are {_types(out_types)}, expected {_types(carry + ys)}")
 
+    def _primal(self, op, in_types, out_types, n_blocks) -> list[TensorType]:
+        """Check the counts and the primal block of a custom derivative op; its primal inputs."""
+        nc = op.attrs.get("num_consts")
+        if len(op.blocks) != n_blocks or not isinstance(nc, int) or isinstance(nc, bool) \
+                or not 0 <= nc <= len(in_types):
+            raise VerificationError(f"{op.type} takes {n_blocks} blocks and a num_consts of at most "
+                                    f"{len(in_types)} (its operand count)")
+        self.block(op.blocks[0], in_types)
+        self._results(op.blocks[0], out_types)
+        return in_types[nc:]
+
+    def _check_custom_jvp(self, op, in_types, out_types):
+        xs = self._primal(op, in_types, out_types, 2)
+        zero = op.attrs.get("zero_tangents", ())
+        if not isinstance(zero, tuple) or any(not isinstance(i, int) or not 0 <= i < len(out_types) for i in zero):
+            raise VerificationError(f"zero_tangents must be a tuple of output indices below {len(out_types)}")
+        tangents = [t for i, t in enumerate(out_types) if i not in zero]
+        if any(not _differentiable(t) for t in tangents):
+            raise VerificationError("an output without tangents (integer or bool) must be listed in zero_tangents")
+        self.block(op.blocks[1], xs + [t for t in xs if _differentiable(t)])
+        self._results(op.blocks[1], out_types + tangents)
+
+    def _check_custom_vjp(self, op, in_types, out_types):
+        xs = self._primal(op, in_types, out_types, 3)
+        fwd, bwd = op.blocks[1:]
+        self.block(fwd, xs)
+        n_res = len(fwd.results) - len(out_types)
+        got = [v.type for v in fwd.results]
+        if n_res < 0 or got[n_res:] != out_types:
+            raise VerificationError(f"block 'fwd' returns {_types(got)}, expected residuals and then "
+                                    f"{_types(out_types)}")
+        self.block(bwd, got[:n_res] + [t for t in out_types if _differentiable(t)])
+        self._results(bwd, [t for t in xs if _differentiable(t)])
+
     def _results(self, block, expected):
         got = [v.type for v in block.results]
         if got != list(expected):
             raise VerificationError(f"block '{block.name}' returns {_types(got)}, expected {_types(expected)}")
+
+
+def _count(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def check_attrs(op: Op, num_inputs: int | None = None) -> None:
+    """Check the attributes ``op`` carries beyond its types: a generic ``lax.*`` op's parameters
+    against :mod:`paddlejax.ops.lax_params`, and the pass annotations (``kernel`` names a
+    variant of the op, ``remat_segment`` is a segment number, ``donate`` lists distinct inputs
+    of the program, of which there are ``num_inputs`` when ``op`` is the main block's return).
+
+    >>> import paddlejax as pj
+    >>> check_attrs(pj.ir.Op("lax.cumsum", [], [], {"axis": 0, "reverse": 1}))
+    Traceback (most recent call last):
+    ...
+    paddlejax.ir.verifier.VerificationError: attribute 'reverse' must be true or false, not 1
+    """
+    from paddlejax.ops import lax_params, registry
+
+    attrs = op.attrs
+    if op.type.startswith("lax."):
+        try:
+            lax_params.check(op.type[4:], attrs_lib.kernel_attrs(attrs))
+        except lax_params.ParamError as e:
+            raise VerificationError(str(e)) from None
+    if "kernel" in attrs:
+        opdef = registry.lookup(op.type)
+        variants = sorted(opdef.variants) if opdef is not None else []
+        if attrs["kernel"] not in variants:
+            raise VerificationError(f"kernel {attrs['kernel']!r} is not a variant of {op.type} "
+                                    f"(known: {', '.join(variants) or 'none'})")
+    if "remat_segment" in attrs and not (_count(attrs["remat_segment"]) and attrs["remat_segment"] < 2 ** 31):
+        raise VerificationError(f"remat_segment must be an int >= 0, not {attrs['remat_segment']!r}")
+    if "donate" in attrs:
+        donate = attrs["donate"]
+        if op.type != "return" or num_inputs is None:
+            raise VerificationError("only the main block's return carries a donate annotation")
+        if (not isinstance(donate, tuple) or not all(_count(i) and i < num_inputs for i in donate)
+                or len(set(donate)) != len(donate)):
+            raise VerificationError(f"donate must list distinct input positions below {num_inputs}, "
+                                    f"not {donate!r}")
 
 
 _CACHE: dict = {}
@@ -228,6 +315,10 @@ def _cached_infer(op, in_types, shapes):
             _CACHE.clear()
         _CACHE[key] = infer_types(op, in_types, shapes)
     return _CACHE[key]
+
+
+def _differentiable(t: TensorType) -> bool:
+    return adapter.differentiable(jax.numpy.dtype(t.dtype))
 
 
 def _types(ts) -> str:
