@@ -26,6 +26,8 @@ import numpy as np
 
 from paddlejax.io import load
 from paddlejax.ir.core import Program
+from paddlejax.lowering import input_dtype
+from paddlejax.ops import registry
 from paddlejax.passes import run as run_passes
 from paddlejax.passes.manager import INFERENCE_PIPELINE, inference_pipeline  # noqa: F401  (INFERENCE_PIPELINE re-exported)
 
@@ -96,10 +98,14 @@ class Predictor:
     """A program (or the path of a saved one) optimised and compiled for batched inference.
 
     ``run(*inputs)`` (or calling the predictor) takes inputs structured like the program's,
-    whose leading dimension is the batch; it returns the outputs as NumPy arrays. Inputs are
+    whose leading dimension is the batch; it returns the outputs as NumPy arrays. Inputs take
+    the program's dtypes, or their 64-bit twins (NumPy's float64 for float32, ...), which are
+    cast, as :meth:`Program.__call__` does (:func:`paddlejax.lowering.input_dtype`). Inputs are
     padded with zero rows on the host up to the bucket size and the padding's outputs dropped,
     which is exact for programs that treat batch rows independently (inference programs do,
-    batch norm in eval mode included).
+    batch norm in eval mode included). A program with batch-coupled ops (batch norm in
+    training mode: its statistics come from the whole batch) is refused, since padding and
+    chunking would change its outputs; trace the model in eval mode.
 
     ``num_compilations`` counts the executables built; it does not grow after construction.
 
@@ -114,6 +120,7 @@ class Predictor:
         source = path_or_program if isinstance(path_or_program, Program) else load(path_or_program)
         self.device = jax.devices(self.config.device)[0] if self.config.device else jax.devices()[0]
         self.batch_dim = batch_dim(source)
+        _refuse_batch_coupled(source)
         self.freeze_params = self.config.freeze_params
         if self.freeze_params is None:
             self.freeze_params = self.device.platform == "cpu" and _param_bytes(source) < FREEZE_LIMIT_BYTES
@@ -164,11 +171,12 @@ class Predictor:
     def _check(self, value, x) -> np.ndarray:
         x = np.asarray(x)
         want = value.type
-        if (x.ndim != len(want.shape) or x.dtype != np.dtype(want.dtype)
+        dtype = input_dtype(want.dtype, x.dtype.name)
+        if (dtype is None or x.ndim != len(want.shape)
                 or any(isinstance(w, int) and w != g for w, g in zip(want.shape[1:], x.shape[1:]))):
             raise ValueError(f"Predictor: input '{value.name}' expects {want} (batch dimension "
                              f"'{self.batch_dim}' first), got {x.dtype.name}{list(x.shape)}")
-        return x
+        return x.astype(dtype, copy=False)
 
     def __repr__(self) -> str:
         return (f"<Predictor {self.program.name}: buckets {self.buckets}, "
@@ -196,6 +204,19 @@ def batch_dim(program: Program) -> str:
                 raise ValueError(f"Predictor: {label} has symbolic sizes {others} "
                                  f"besides the batch; only the batch dimension may vary")
     return batch
+
+
+def _refuse_batch_coupled(program: Program) -> None:
+    """A clear error if an op of ``program`` mixes the rows of its batch (the op library's
+    ``batch_coupled``), where the Predictor's padding and chunking would change the outputs."""
+    coupled = [op for op in program.walk()
+               if (opdef := registry.lookup(op.type)) is not None and opdef.couples_batch(op.attrs)]
+    if coupled:
+        kinds = ", ".join(dict.fromkeys(op.type for op in coupled))
+        raise ValueError(f"Predictor: {program.name} has {len(coupled)} batch-coupled op(s) ({kinds}) whose outputs "
+                         f"for a row depend on the other rows (batch norm in training mode normalises with the "
+                         f"batch's statistics), so padding to a bucket and running in chunks would change them; "
+                         f"trace the model in eval mode: model.eval() before pj.trace, or pj.to_static(model, ...)")
 
 
 def _param_bytes(program: Program) -> int:

@@ -154,14 +154,38 @@ def test_several_inputs_and_outputs_keep_their_structure():
 
 
 @pytest.mark.parametrize("inputs, message", [
-    ((np.zeros((2, 2, 4, 4)),),
-     "input 'x' expects f32\\[b,2,4,4\\] \\(batch dimension 'b' first\\), got float64\\[2, 2, 4, 4\\]"),
+    ((np.zeros((2, 2, 4, 4), np.int32),),
+     "input 'x' expects f32\\[b,2,4,4\\] \\(batch dimension 'b' first\\), got int32\\[2, 2, 4, 4\\]"),
+    ((np.zeros((2, 2, 4, 4), np.float16),), "input 'x' expects f32\\[b,2,4,4\\].*got float16\\[2, 2, 4, 4\\]"),
+    ((np.full((2, 2, 4, 4), "a"),), "input 'x' expects f32\\[b,2,4,4\\].*got str32\\[2, 2, 4, 4\\]"),
     ((np.zeros((2, 3, 4, 4), np.float32),), "input 'x' expects f32\\[b,2,4,4\\].*got float32\\[2, 3, 4, 4\\]"),
     ((np.zeros((2, 4, 4), np.float32),), "input 'x' expects f32\\[b,2,4,4\\].*got float32\\[2, 4, 4\\]"),
 ])
 def test_bad_inputs_name_the_input(predictor, inputs, message):
     with pytest.raises(ValueError, match=message):
         predictor(*inputs)
+
+
+def test_float64_inputs_are_cast_as_the_program_casts_them(prog, predictor):
+    x = batch(3).astype(np.float64)
+    out = predictor(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, prog(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(prog(x), prog(x.astype(np.float32)), rtol=0, atol=0)
+
+
+def test_batch_coupled_programs_are_refused_with_how_to_trace_in_eval_mode():
+    nn.seed(0)
+    model = TinyCNN()  # training mode: batch norm normalises with the batch's own statistics
+    training = pj.trace(model, pj.InputSpec((None, 2, 4, 4)))
+    x = batch(3)
+    # padding three rows with a zero row would change every row's output
+    assert not np.allclose(training(np.concatenate([x, np.zeros_like(x[:1])]))[:3], training(x), atol=1e-2)
+    with pytest.raises(ValueError, match="TinyCNN has 1 batch-coupled op\\(s\\) \\(batch_norm\\) whose outputs for a "
+                                         "row depend on the other rows.*trace the model in eval mode: model.eval"):
+        Predictor(training, Config(max_batch_size=4, passes=""))
+    model.eval()
+    Predictor(pj.trace(model, pj.InputSpec((None, 2, 4, 4))), Config(max_batch_size=4, passes=""))
 
 
 def test_wrong_number_of_inputs_and_disagreeing_batches():

@@ -49,6 +49,24 @@ def test_wrong_inputs_are_reported_clearly():
         prog(jnp.ones((2, 3)), jnp.ones(1))
 
 
+def test_64_bit_twins_of_the_input_dtypes_are_cast_and_other_dtypes_refused():
+    prog = pj.trace(lambda x, i: x * 2.0 + i, jnp.ones((2,)), jnp.ones((2,), jnp.int32))
+    out = prog(np.array([1.0, 2.0]), np.array([1, 2]))  # NumPy's float64 and int64
+    assert out.dtype == jnp.float32 and out.tolist() == [3.0, 6.0]
+    assert prog.apply(prog.params, np.array([1.0, 2.0]), np.array([1, 2])).tolist() == [3.0, 6.0]
+    scalar = pj.trace(lambda x: x * 2.0, jnp.float32(1.0))
+    assert scalar(1.5).tolist() == 3.0  # a Python float is NumPy's float64
+    with pytest.raises(ValueError, match=r"input 'i' expects i32\[2\], got f32\[2\]"):
+        prog(jnp.ones(2), jnp.ones(2))
+    with pytest.raises(ValueError, match=r"input 'x' expects f32\[2\], got str32\[2\]"):
+        prog.apply(prog.params, np.array(["a", "b"]), jnp.ones(2, jnp.int32))
+    half = pj.trace(lambda x: x * 2, jnp.ones(2, jnp.bfloat16))
+    with pytest.raises(ValueError, match=r"input 'x' expects bf16\[2\], got f64\[2\]"):
+        half.apply(half.params, np.ones(2))
+    with pytest.raises(ValueError, match=r"input 'x' expects bf16\[2\]"):
+        half(np.ones(2))
+
+
 def test_missing_parameter_is_named():
     prog = pj.trace(mlp, jnp.ones((1, 4)), params=params())
     with pytest.raises(KeyError, match="parameter 'w2' is missing"):

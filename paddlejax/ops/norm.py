@@ -106,13 +106,13 @@ def _norm_flops(in_shapes, out_shapes, attrs):
 _float = dict(dtype="float")
 batch_norm = define(
     "batch_norm", _batch_norm,
-    inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("running_mean", rank=1, **_float),
-            Input("running_var", rank=1, **_float), Input("weight", rank=1, optional=True, **_float),
+    inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("running_mean", rank=1, state=True, **_float),
+            Input("running_var", rank=1, state=True, **_float), Input("weight", rank=1, optional=True, **_float),
             Input("bias", rank=1, optional=True, **_float)],
     attrs={"epsilon": Attr("float", 1e-5, minimum=0), "momentum": Attr("float", 0.9, minimum=0),
            "training": Attr("bool", False), "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
     outputs=("out", "mean_out", "variance_out"),
-    flops=_norm_flops)
+    flops=_norm_flops, batch_coupled=lambda attrs: attrs.get("training", False))
 layer_norm = define(
     "layer_norm", _layer_norm,
     inputs=[Input("x", **_float), Input("weight", optional=True, **_float), Input("bias", optional=True, **_float)],

@@ -140,13 +140,16 @@ class Attr:
 class Input:
     """A named input. ``rank`` (an int or a tuple of allowed ranks) and ``dtype``
     (``"float"``, ``"int"`` or None) are checked on every call; ``optional`` inputs must
-    come last; a ``variadic`` input takes any number (at least one) of arrays."""
+    come last; a ``variadic`` input takes any number (at least one) of arrays. A ``state``
+    input is a buffer the op keeps rather than a trained weight (batch norm's running
+    statistics): reports count parameters read only there apart from trainable ones."""
 
     name: str
     rank: int | tuple[int, ...] | None = None
     dtype: str | None = None
     optional: bool = False
     variadic: bool = False
+    state: bool = False
 
     def check(self, op: str, x) -> None:
         shape = np.shape(x) if not hasattr(x, "shape") else x.shape
@@ -165,7 +168,12 @@ class Input:
 
 @dataclasses.dataclass
 class OpDef:
-    """A registered op. Call it like a function: ``conv2d(x, w, stride=2)``."""
+    """A registered op. Call it like a function: ``conv2d(x, w, stride=2)``.
+
+    ``batch_coupled`` says whether an output row depends on other rows of the batch (as
+    training-mode batch norm's batch statistics make it): a bool, or a function of the op's
+    attributes; :meth:`couples_batch` answers for one op.
+    """
 
     name: str
     kernel: Callable
@@ -177,10 +185,20 @@ class OpDef:
     reduced_precision: frozenset[str] = frozenset()
     flops: Callable | None = None
     doc: str = ""
+    batch_coupled: bool | Callable[[dict], bool] = False
 
     def __post_init__(self):
         self.bind = adapter.make_primitive(self.name, self.kernel, self.multiple_results)
         self.primitive = self.bind.primitive
+
+    def couples_batch(self, attrs: dict) -> bool:
+        """Whether an op of this type with ``attrs`` mixes the rows of its batch.
+
+        >>> from paddlejax.ops import batch_norm
+        >>> batch_norm.couples_batch({"training": True}), batch_norm.couples_batch({"training": False})
+        (True, False)
+        """
+        return bool(self.batch_coupled(attrs) if callable(self.batch_coupled) else self.batch_coupled)
 
     def check_attrs(self, attrs: dict) -> dict:
         """Validated attributes with defaults filled in, in declaration order."""
@@ -239,13 +257,13 @@ _REGISTRY: dict[str, OpDef] = {}
 def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[str, Attr] | None = None,
            outputs: Sequence[str] = ("out",), multiple_results: bool | None = None,
            variants: dict[str, Callable] | None = None, reduced_precision: Sequence[str] = (),
-           flops: Callable | None = None) -> OpDef:
+           flops: Callable | None = None, batch_coupled: bool | Callable[[dict], bool] = False) -> OpDef:
     """Declare an op and register it under ``name``; returns the :class:`OpDef`.
 
     ``kernel(*arrays, **attrs)`` is the reference implementation; ``variants`` are other
     kernels of the same function, and ``reduced_precision`` names those among them that compute
     in a narrower type (autotuning tries them only when allowed); ``flops(in_shapes,
-    out_shapes, attrs)`` an optional FLOP count.
+    out_shapes, attrs)`` an optional FLOP count; ``batch_coupled`` as for :class:`OpDef`.
     """
     if set(reduced_precision) - set(variants or {}):
         raise ValueError(f"op '{name}': reduced_precision names unknown variants "
@@ -256,7 +274,8 @@ def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[
     op = OpDef(name=name, kernel=kernel, inputs=tuple(inputs), attrs=dict(attrs or {}),
                outputs=outputs,
                multiple_results=len(outputs) > 1 if multiple_results is None else multiple_results,
-               variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision), flops=flops, doc=(kernel.__doc__ or "").strip())
+               variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision), flops=flops, doc=(kernel.__doc__ or "").strip(),
+               batch_coupled=batch_coupled)
     _REGISTRY[name] = op
     return op
 
