@@ -396,14 +396,42 @@ class CheckpointManager:
             return None
         raise CheckpointError(f"no usable checkpoint in {self.directory}; tried " + "; ".join(tried))
 
-    def _restore_step(self, step: int, like) -> Restored:
+    def read_meta(self, step: int | None = None):
+        """The ``meta`` saved with ``step`` (default: the newest checkpoint whose manifest reads
+        back intact), without reading the arrays; None when no checkpoint is saved.
+
+        >>> import tempfile, numpy as np
+        >>> with CheckpointManager(tempfile.mkdtemp()) as mgr:
+        ...     _ = mgr.save(4, {"w": np.zeros(2)}, meta={"epoch": 1})
+        ...     mgr.read_meta()
+        {'epoch': 1}
+        """
+        self.wait()
+        self._mgr.reload()
+        saved = sorted(self._mgr.all_steps(), reverse=True)
+        if step is not None and step not in saved:
+            raise CheckpointError(f"no checkpoint of step {step} in {self.directory}; saved steps: {sorted(saved)}")
+        tried = []
+        for candidate in [step] if step is not None else saved:
+            try:
+                return self._manifest(candidate)[1]
+            except _Corrupt as e:
+                tried.append(f"step {candidate}: {e}")
+        if not tried:
+            return None
+        raise CheckpointError(f"no readable checkpoint manifest in {self.directory}; tried " + "; ".join(tried))
+
+    def _manifest(self, step: int) -> tuple[list[dict], Any]:
         # Damaged files surface as many exception types (JSON, tensorstore's ValueErrors, missing
         # files...), so any failure to read counts as damage; the reason goes into the report.
         try:
             doc = self._mgr.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore()))
         except Exception as e:
             raise _Corrupt(f"manifest unreadable: {_reason(e)}") from None
-        entries, meta = _parse_manifest(doc["manifest"])
+        return _parse_manifest(doc["manifest"])
+
+    def _restore_step(self, step: int, like) -> Restored:
+        entries, meta = self._manifest(step)
         target = None
         if like is not None:
             like_leaves, treedef = _like_leaves(like)

@@ -16,6 +16,7 @@ True
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from typing import Any, Callable, Sequence
@@ -59,7 +60,9 @@ def _loss_fn(loss) -> Callable:
 
 
 def _spec(x) -> InputSpec:
-    """The input spec of one batch array with a symbolic batch size."""
+    """The input spec of one batch array with a symbolic batch size (a spec stays as it is)."""
+    if isinstance(x, InputSpec):
+        return x
     x = np.asarray(x) if not hasattr(x, "shape") else x
     return InputSpec((None, *x.shape[1:]), jnp.result_type(x).name)
 
@@ -67,6 +70,38 @@ def _spec(x) -> InputSpec:
 def _shown(logs: dict) -> dict[str, str]:
     """Logged numbers as a progress bar or an epoch line shows them."""
     return {k: f"{v:.4g}" for k, v in logs.items()}
+
+
+def _listed(items: list[str], most: int = 4) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def _state_difference(stored: dict, current: dict) -> str:
+    """How two training states (``{entry name: shape}``) differ, in one line: entries only in
+    one of them, grouped over the model's variables (``opt/0/mu/* (4)``), and variables whose
+    shapes differ."""
+    variables = {n.split("/", 1)[1] for n in (*stored, *current) if n.startswith(("params/", "extra/"))}
+
+    def groups(names) -> str:
+        counts: dict[str, int] = {}
+        for name in names:
+            head, _, last = name.rpartition("/")
+            key = f"{head}/*" if head and last in variables else name
+            counts[key] = counts.get(key, 0) + 1
+        return _listed([f"{k} ({n})" if n > 1 else k for k, n in counts.items()])
+
+    parts = []
+    if only := [n for n in stored if n not in current]:
+        parts.append(f"only in the checkpoint: {groups(only)}")
+    if only := [n for n in current if n not in stored]:
+        parts.append(f"only in this run: {groups(only)}")
+    reshaped = {}
+    for name in stored:
+        if name in current and stored[name] != current[name]:
+            reshaped.setdefault(name.rpartition("/")[2], (stored[name], current[name]))
+    if reshaped:
+        parts.append("other shapes: " + _listed([f"{n} {tuple(a)} -> {tuple(b)}" for n, (a, b) in reshaped.items()]))
+    return "; ".join(parts) or "the same entries in another order"
 
 
 def _local_rows(out: jax.Array) -> np.ndarray:
@@ -679,9 +714,21 @@ class Trainer:
         leaves = jax.tree.leaves(self.state)
         return {f"{i:05d}": leaf for i, leaf in enumerate(leaves)}
 
+    def _state_shapes(self) -> dict[str, list[int]]:
+        """The training state's entries by name (``opt/0/mu/l1.kernel``), in leaf order, with their shapes."""
+        flat, _ = jax.tree_util.tree_flatten_with_path(self.state)
+        return {jax.tree_util.keystr(p, simple=True, separator="/"): list(np.shape(v)) for p, v in flat}
+
+    def _checkpoint_meta(self, loader, epoch) -> dict:
+        # the input specs let load() build the state without data; the entry names let a
+        # mismatch be told by name
+        return {"epoch": epoch, "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
+                "inputs": [[list(s.shape), jnp.dtype(s.dtype).name] for s in self.specs],
+                "state": self._state_shapes()}
+
     def _save_checkpoint(self, loader, epoch, force):
-        meta = {"epoch": epoch, "loader": loader.state_dict() if hasattr(loader, "state_dict") else None}
-        self.checkpoints.save(self.step, self._checkpoint_tree(), meta=meta, force=force)
+        self.checkpoints.save(self.step, self._checkpoint_tree(), meta=self._checkpoint_meta(loader, epoch),
+                              force=force)
 
     def _maybe_resume(self, loader) -> None:
         if self.checkpoints is None or not self.resume or self.checkpoints.latest_step() is None:
@@ -690,15 +737,78 @@ class Trainer:
 
         peek = DataLoader(loader.dataset, batch_size=loader.batch_size, device_prefetch=0)
         self._build(self._split(next(iter(peek)))[0])
-        restored = self.checkpoints.restore(like=self._checkpoint_tree())
+        meta = self._restore(self.checkpoints)
+        if meta is not None and meta.get("loader") is not None:
+            loader.load_state_dict(meta["loader"])
+
+    def _restore(self, manager, step: int | None = None) -> dict | None:
+        """Load the newest intact checkpoint of ``manager`` (or ``step``) into the built state and
+        the epoch; returns its meta, or None when there is no checkpoint."""
+        from paddlejax.train.checkpoint import CheckpointError
+
+        try:
+            restored = manager.restore(like=self._checkpoint_tree(), step=step)
+        except CheckpointError as e:
+            stored = e.meta.get("state") if isinstance(e.meta, dict) else None
+            if not isinstance(stored, dict):
+                raise
+            raise CheckpointError(f"Trainer: checkpoint step {e.step} in {manager.directory} does not fit this "
+                                  f"run's training state ({_state_difference(stored, self._state_shapes())}); "
+                                  "resume with the model and optimizer it was saved with, or start afresh with "
+                                  "resume=False or another checkpoint_dir", step=e.step, meta=e.meta) from None
         if restored is None:
-            return
+            return None
         leaves, treedef = jax.tree.flatten(self.state)
         placed = [self._placed_like(restored.state[k], old) for k, old in zip(sorted(restored.state), leaves)]
         self.state = jax.tree.unflatten(treedef, placed)
         self.epoch = restored.meta["epoch"]
-        if restored.meta.get("loader") is not None:
-            loader.load_state_dict(restored.meta["loader"])
+        return restored.meta
+
+    def save(self, path: str) -> None:
+        """Write the whole training state (parameters, optimizer state, EMA, step, epoch) as a
+        checkpoint in the directory ``path``, which :meth:`load` reads back (a step already
+        saved there is kept as it is). :meth:`inference_program` with ``pj.save`` saves a model
+        to deploy instead."""
+        if self.state is None:
+            raise RuntimeError("Trainer.save: train or evaluate on a batch first (there is no training state yet)")
+        from paddlejax.train.checkpoint import CheckpointManager
+
+        with CheckpointManager(path, keep=None, async_save=False) as manager:
+            manager.save(self.step, self._checkpoint_tree(), meta=self._checkpoint_meta(None, self.epoch),
+                         force=True)
+
+    def load(self, path: str, step: int | None = None) -> int:
+        """Load the training state from a checkpoint directory (a run's ``checkpoint_dir``, or
+        :meth:`save`'s): its newest intact checkpoint, or ``step``. Needs no data: the input
+        specs are in the checkpoint. Then ``evaluate``/``predict`` run on its weights and ``fit``
+        continues from it. Returns the step loaded.
+
+        >>> import tempfile, numpy as np, optax, paddlejax as pj
+        >>> from flax import nnx
+        >>> x, y = np.ones((8, 4), "float32"), np.zeros(8, "int32")
+        >>> trained = pj.Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1), progress=False)
+        >>> _ = trained.fit((x, y), epochs=2, batch_size=4)
+        >>> folder = tempfile.mkdtemp(); trained.save(folder)
+        >>> fresh = pj.Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(1)), optax.sgd(0.1), progress=False)
+        >>> fresh.load(folder), fresh.evaluate((x, y)) == trained.evaluate((x, y))
+        (4, True)
+        """
+        from paddlejax.train.checkpoint import CheckpointError, CheckpointManager
+
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"Trainer.load: no checkpoint directory at {path}")
+        with CheckpointManager(path) as manager:
+            if self.state is None:
+                meta = manager.read_meta(step)
+                if not isinstance(meta, dict) or "inputs" not in meta:
+                    raise CheckpointError(f"Trainer.load: {path} holds no checkpoint with input specs (none saved, "
+                                          "or one from an older paddlejax); run one batch through the trainer "
+                                          "first (train_batch or evaluate), then load")
+                self._build(tuple(InputSpec(tuple(shape), dtype) for shape, dtype in meta["inputs"]))
+            if self._restore(manager, step) is None:
+                raise CheckpointError(f"Trainer.load: no checkpoint in {path}")
+        self.sync_model()
+        return self.step
 
     @staticmethod
     def _placed_like(restored, old):

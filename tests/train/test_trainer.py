@@ -14,6 +14,7 @@ from flax import nnx
 
 import paddlejax as pj
 from paddlejax.train import BestModel, EarlyStopping, LambdaCallback
+from paddlejax.train.checkpoint import CheckpointError
 
 
 class MLP(nnx.Module):
@@ -358,3 +359,53 @@ def test_a_pass_that_changes_nothing_warns_and_a_misspelt_one_fails():
         trainer(passes="quant_aware").train_batch([x], y)  # flax's nnx.Linear traces to lax.dot_general
     with pytest.raises(KeyError, match="unknown pass 'quant_awre'; did you mean quant_aware"):
         trainer(passes=["quant_awre"])
+
+
+def test_resuming_with_another_optimizer_names_the_state_entries_in_one_line(tmp_path):
+    x, y = blobs(32)
+    trainer(optimizer=optax.sgd(0.1, momentum=0.9), checkpoint_dir=str(tmp_path)).fit((x, y), epochs=1,
+                                                                                         batch_size=16)
+    with pytest.raises(CheckpointError) as e:
+        trainer(optimizer=optax.adam(0.1), checkpoint_dir=str(tmp_path)).fit((x, y), epochs=2, batch_size=16)
+    message = str(e.value)
+    assert "\n" not in message and len(message) < 400
+    assert message.startswith(f"Trainer: checkpoint step 2 in {tmp_path} does not fit this run's training state "
+                              "(only in the checkpoint: opt/0/trace/* (6); only in this run: opt/0/count, "
+                              "opt/0/mu/* (6), opt/0/nu/* (6)); resume with the model and optimizer")
+
+
+def test_resuming_a_resized_model_names_the_variables_whose_shapes_differ(tmp_path):
+    x, y = blobs(32)
+    pj.Trainer(MLP(), progress=False, checkpoint_dir=str(tmp_path)).fit((x, y), epochs=1, batch_size=16)
+    wider = pj.Trainer(MLP(classes=4), progress=False, checkpoint_dir=str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"\(other shapes: l2\.bias \(3,\) -> \(4,\), "
+                                                         r"l2\.kernel \(16, 3\) -> \(16, 4\)\)"):
+        wider.fit((x, y), epochs=2, batch_size=16)
+
+
+def test_load_brings_checkpointed_weights_to_a_fresh_trainer_without_data(tmp_path):
+    x, y = blobs()
+    trained = trainer(ema=0.9, checkpoint_dir=str(tmp_path / "run"))
+    trained.fit((x, y), epochs=2, batch_size=16)
+    fresh = trainer(ema=0.9)
+    assert fresh.load(str(tmp_path / "run")) == 12 and fresh.epoch == 2
+    assert fresh.evaluate((x, y)) == trained.evaluate((x, y))
+    np.testing.assert_array_equal(fresh.predict(x), trained.predict(x))
+    np.testing.assert_array_equal(fresh.model.l1.kernel.get_value(), trained.model.l1.kernel.get_value())
+    fresh.fit((x, y), epochs=3, batch_size=16)  # training goes on from the loaded epoch
+    assert fresh.step == 18
+
+    fresh.save(str(tmp_path / "saved"))
+    again = trainer(ema=0.9)
+    assert again.load(str(tmp_path / "saved")) == 18
+    jax.tree.map(np.testing.assert_array_equal, again.state, fresh.state)
+    assert again.load(str(tmp_path / "run"), step=6) == 6 and again.epoch == 1
+
+
+def test_load_and_save_say_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Trainer.load: no checkpoint directory at"):
+        trainer().load(str(tmp_path / "nothing"))
+    with pytest.raises(CheckpointError, match="holds no checkpoint with input specs"):
+        trainer().load(str(tmp_path))
+    with pytest.raises(RuntimeError, match="Trainer.save: train or evaluate on a batch first"):
+        trainer().save(str(tmp_path / "out"))
