@@ -39,6 +39,7 @@ True
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import jax
@@ -255,6 +256,18 @@ class DataParallel:
             return updates, state
 
         return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+    def check_batch_norm(self, program) -> str | None:
+        """Which batch norm a training ``program`` uses under this data parallelism: ``"sync"``
+        (``SyncBatchNorm``: the whole batch's statistics, as on one device), ``"local"`` (each
+        device normalises its own rows, with a warning that says so and how to sync), or None."""
+        kinds = {op.type for op in program.walk() if op.type in ("batch_norm", "sync_batch_norm")
+                 and op.attrs.get("training")}
+        if "batch_norm" in kinds and self.size > 1:
+            warnings.warn(f"data parallel over {self.size} devices: batch norm normalises each device's rows on "
+                          "their own, so training differs from one device's; for the whole batch's statistics use "
+                          "nn.SyncBatchNorm (model = nn.SyncBatchNorm.convert_sync_batchnorm(model))", stacklevel=3)
+        return "local" if "batch_norm" in kinds else "sync" if kinds else None
 
     # -- a whole step ----------------------------------------------------------------------------
     def train_step(self, loss_fn: Callable, tx: optax.GradientTransformation) -> Callable:

@@ -24,7 +24,7 @@ from paddlejax.nn.common import Dropout, Embedding, Flatten, Identity, Linear
 from paddlejax.nn.conv import Conv2D, Conv2DTranspose
 from paddlejax.nn.initializer import ParamAttr
 from paddlejax.nn.layer import Layer, LayerList, Sequential
-from paddlejax.nn.norm import BatchNorm1D, BatchNorm2D, GroupNorm, LayerNorm
+from paddlejax.nn.norm import BatchNorm1D, BatchNorm2D, GroupNorm, LayerNorm, SyncBatchNorm
 from paddlejax.nn.pooling import AdaptiveAvgPool2D, AdaptiveMaxPool2D, AvgPool2D, MaxPool2D
 from paddlejax.nn.random import RngKey, seed
 from paddlejax.nn.rnn import GRU, LSTM
@@ -35,7 +35,7 @@ from paddlejax.nn.weights import WeightsError, load_weights, save_weights, set_s
 __all__ = [
     "initializer", "ParamAttr", "seed", "RngKey", "Layer", "Sequential", "LayerList",
     "Linear", "Embedding", "Dropout", "Flatten", "Identity", "Conv2D", "Conv2DTranspose",
-    "BatchNorm1D", "BatchNorm2D", "LayerNorm", "GroupNorm",
+    "BatchNorm1D", "BatchNorm2D", "SyncBatchNorm", "LayerNorm", "GroupNorm",
     "MaxPool2D", "AvgPool2D", "AdaptiveAvgPool2D", "AdaptiveMaxPool2D",
     "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyReLU", "Hardswish", "Silu",
     "LSTM", "GRU", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerEncoder",

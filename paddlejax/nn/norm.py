@@ -1,9 +1,11 @@
-"""Normalisation layers: BatchNorm1D, BatchNorm2D, LayerNorm, GroupNorm.
+"""Normalisation layers: BatchNorm1D, BatchNorm2D, SyncBatchNorm, LayerNorm, GroupNorm.
 
 Batch norm keeps its running statistics ``mean`` and ``variance`` as ``nnx.BatchStat``: in
 training mode it normalises with the batch statistics and updates the running ones
 (``running = momentum * running + (1 - momentum) * batch``, biased batch variance as in
-Paddle); in eval mode it uses the running ones.
+Paddle); in eval mode it uses the running ones. Under data parallelism ``BatchNorm1D`` and
+``BatchNorm2D`` take the statistics of each device's rows; :class:`SyncBatchNorm` those of the
+whole batch.
 
 >>> import jax.numpy as jnp, paddlejax.nn as nn
 >>> bn = nn.BatchNorm2D(3)
@@ -47,6 +49,7 @@ class _BatchNorm(Layer):
 
     _formats: tuple[str, ...] = ()
     _ranks: tuple[int, ...] = ()
+    _batch_op = ops.batch_norm  # the op that normalises with batch statistics
 
     def __init__(self, num_features, momentum=0.9, epsilon=1e-05, weight_attr=None, bias_attr=None,
                  data_format=None, use_global_stats=None, *, rngs: nnx.Rngs | None = None):
@@ -68,7 +71,8 @@ class _BatchNorm(Layer):
                              f"{' or '.join(map(str, self._ranks))}, got shape {tuple(x.shape)}")
         # use_global_stats=None follows the mode; True/False force running/batch statistics
         batch_stats = self.training if self._use_global_stats is None else not self._use_global_stats
-        out, mean, variance = ops.batch_norm(x, self.mean[...], self.variance[...], self.weight[...],
+        op = self._batch_op if batch_stats else ops.batch_norm
+        out, mean, variance = op(x, self.mean[...], self.variance[...], self.weight[...],
                                              self.bias[...], epsilon=self._epsilon, momentum=self._momentum,
                                              training=batch_stats, data_format=self._data_format)
         if batch_stats and self.training:
@@ -107,6 +111,64 @@ class BatchNorm2D(_BatchNorm):
 
     _formats = ("NCHW", "NHWC")
     _ranks = (4,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm whose training statistics are those of the whole batch when data parallelism
+    splits it over devices (Paddle's ``SyncBatchNorm``): mean and variance are summed over the
+    devices, so training computes what one device computes on the whole batch, gradients
+    included. On one device, in eval mode, and inside a pipeline (where each micro-batch is
+    normalised on its own) it is plain batch norm.
+
+    Inputs of rank 2 to 5, channels first (``"NCHW"``, the default, also stands for ``"NC"``,
+    ``"NCL"``, ``"NCDHW"``) or last (``"NHWC"``, ``"NLC"``, ``"NDHWC"``); parameters and
+    statistics as :class:`BatchNorm1D`.
+
+    >>> import jax.numpy as jnp
+    >>> bn = SyncBatchNorm(2)
+    >>> bn(jnp.array([[1.0, 2.0], [3.0, 6.0]])).round(3).tolist()
+    [[-1.0, -1.0], [1.0, 1.0]]
+    """
+
+    _formats = ("NCHW", "NC", "NCL", "NCDHW", "NHWC", "NLC", "NDHWC")
+    _ranks = (2, 3, 4, 5)
+    _batch_op = ops.sync_batch_norm
+
+    @classmethod
+    def convert_sync_batchnorm(cls, layer):
+        """``layer`` with every ``BatchNorm1D`` / ``BatchNorm2D`` in it replaced by a
+        ``SyncBatchNorm`` holding the same parameters, statistics and settings (changed in place;
+        returned, since ``layer`` itself may be a batch norm).
+
+        >>> import paddlejax.nn as nn
+        >>> model = nn.Sequential(nn.Conv2D(3, 4, 3), nn.BatchNorm2D(4), nn.ReLU())
+        >>> model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        >>> type(model[1]).__name__, [n for n, _ in model.named_parameters()][2:]
+        ('SyncBatchNorm', ['1.bias', '1.weight'])
+        """
+        memo: dict[int, nnx.Module] = {}
+        return cls._converted(layer, memo, set())
+
+    @classmethod
+    def _converted(cls, node, memo, seen):
+        if isinstance(node, _BatchNorm) and not isinstance(node, cls):
+            if id(node) not in memo:  # a layer used in several places stays one layer
+                memo[id(node)] = cls._from(node)
+            return memo[id(node)]
+        if isinstance(node, nnx.Module) and id(node) not in seen:
+            seen.add(id(node))
+            for name, child in list(vars(node).items()):
+                if isinstance(child, nnx.Module):
+                    setattr(node, name, cls._converted(child, memo, seen))
+        return node
+
+    @classmethod
+    def _from(cls, bn: _BatchNorm):
+        new = cls(bn._num_features, bn._momentum, bn._epsilon, data_format=bn._data_format,
+                  use_global_stats=bn._use_global_stats)
+        new.weight, new.bias, new.mean, new.variance = bn.weight, bn.bias, bn.mean, bn.variance
+        new.training = bn.training
+        return new
 
 
 class LayerNorm(Layer):

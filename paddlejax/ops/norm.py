@@ -1,4 +1,4 @@
-"""Normalisation ops: batch_norm, layer_norm, group_norm (Paddle semantics).
+"""Normalisation ops: batch_norm, sync_batch_norm, layer_norm, group_norm (Paddle semantics).
 
 Statistics are computed in at least float32 and the result is cast back to the input dtype.
 
@@ -15,6 +15,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from paddlejax import adapter
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.common import attr_error, channel_axis, from_channels_last, input_error, norm_axis, to_channels_last
 
@@ -39,7 +40,25 @@ def _normalise(x, mean, var, epsilon, weight, bias):
     return y if bias is None else y + bias
 
 
-def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon, momentum, training, data_format):
+def _local_stats(xs, axes):
+    return jnp.mean(xs, axes), jnp.var(xs, axes)
+
+
+def _synced_stats(xs, axes):
+    """Mean and biased variance over ``axes`` and, inside ``shard_map``, over every mesh axis
+    ``xs`` varies over (the devices its batch is split over): the whole batch's statistics."""
+    mesh_axes = tuple(sorted(adapter.varying_axes(xs)))
+    if not mesh_axes:
+        return _local_stats(xs, axes)
+    count = math.prod(xs.shape[i] for i in axes) * math.prod(lax.axis_size(a) for a in mesh_axes)
+    mean = lax.psum(jnp.sum(xs, axes), mesh_axes) / count
+    # centred, as jnp.var: the difference of squares loses digits on large means
+    var = lax.psum(jnp.sum(jnp.square(xs - jnp.expand_dims(mean, axes)), axes), mesh_axes) / count
+    return mean, var
+
+
+def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon, momentum, training, data_format,
+                stats=_local_stats):
     """Batch norm over all axes but the channel one; returns (out, mean_out, variance_out).
 
     Training normalises with the batch mean and biased batch variance and updates the
@@ -56,7 +75,7 @@ def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon
     xs = x.astype(_stat_dtype(x))
     if training:
         axes = tuple(i for i in range(x.ndim) if i != axis)
-        mean, var = jnp.mean(xs, axes), jnp.var(xs, axes)
+        mean, var = stats(xs, axes)
         mean_out = momentum * running_mean + (1 - momentum) * mean.astype(running_mean.dtype)
         var_out = momentum * running_var + (1 - momentum) * var.astype(running_var.dtype)
     else:
@@ -64,6 +83,15 @@ def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon
     b = lambda a: None if a is None else a.reshape(bshape)  # noqa: E731
     out = _normalise(xs, b(mean), b(var), epsilon, b(weight), b(bias))
     return out.astype(x.dtype), mean_out, var_out
+
+
+def _sync_batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon, momentum, training,
+                     data_format):
+    """Batch norm whose training statistics are those of the whole batch when it is split over
+    devices: inside ``shard_map``, the sums behind mean and variance are added up (``psum``)
+    over every mesh axis the input varies over. Elsewhere it is ``batch_norm``."""
+    return _batch_norm(x, running_mean, running_var, weight, bias, epsilon=epsilon, momentum=momentum,
+                       training=training, data_format=data_format, stats=_synced_stats)
 
 
 def _layer_norm(x, weight=None, bias=None, *, epsilon, begin_norm_axis):
@@ -104,8 +132,7 @@ def _norm_flops(in_shapes, out_shapes, attrs):
 
 
 _float = dict(dtype="float")
-batch_norm = define(
-    "batch_norm", _batch_norm,
+_BATCH_NORM = dict(
     inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("running_mean", rank=1, state=True, **_float),
             Input("running_var", rank=1, state=True, **_float), Input("weight", rank=1, optional=True, **_float),
             Input("bias", rank=1, optional=True, **_float)],
@@ -113,6 +140,8 @@ batch_norm = define(
            "training": Attr("bool", False), "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
     outputs=("out", "mean_out", "variance_out"),
     flops=_norm_flops, batch_coupled=lambda attrs: attrs.get("training", False))
+batch_norm = define("batch_norm", _batch_norm, **_BATCH_NORM)
+sync_batch_norm = define("sync_batch_norm", _sync_batch_norm, **_BATCH_NORM)
 layer_norm = define(
     "layer_norm", _layer_norm,
     inputs=[Input("x", **_float), Input("weight", optional=True, **_float), Input("bias", optional=True, **_float)],

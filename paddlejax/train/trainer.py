@@ -29,6 +29,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from paddlejax import ops
+from paddlejax.adapter import varying_axes
 from paddlejax.capture import InputSpec
 from paddlejax.ir.core import Program
 from paddlejax.static import ModelState, to_static
@@ -221,7 +222,10 @@ class Trainer:
             ``fleet.distributed_optimizer``, which carries one): the step runs data parallel over
             every device (the batch split over them, gradients averaged; ZeRO sharding, fused or
             hierarchical all-reduce, gradient merge, amp and recompute as the strategy says); loss
-            and metrics are those of the whole batch. Evaluation and prediction split their
+            and metrics are those of the whole batch. Batch norm takes the statistics of each
+            device's rows (``BatchNorm1D`` / ``2D``, with a warning) or, with ``nn.SyncBatchNorm``,
+            of the whole batch, as on one device; ``batch_norm`` says which (``"local"`` or
+            ``"sync"``; None without batch norm) once the first batch is seen. Evaluation and prediction split their
             batches over the devices too (a last batch they do not divide runs whole); in a run
             of several processes each passes its own rows, ``evaluate`` gives the metrics of all
             of them and ``predict`` the outputs of this process's rows.
@@ -266,6 +270,7 @@ class Trainer:
         self.passes = self._passes(passes)
         self.strategy = strategy
         self.dp = self.pipeline = None
+        self.batch_norm = None  # under data parallelism: "sync", "local" (per device) or None (no batch norm)
         self.batch_norm = None  # under data parallelism: "sync", "local" (per device) or None (no batch norm)
         clip = optax.clip_by_global_norm
         if strategy is not None and strategy.pp_size > 1:
@@ -345,6 +350,8 @@ class Trainer:
         self.eval_program = self._static(train=False)
         if self.pipeline is not None:
             self.pipeline.split(self.train_program)
+        if self.dp is not None:
+            self.batch_norm = self.dp.check_batch_norm(self.train_program)
         if self.dp is not None:
             self.batch_norm = self.dp.check_batch_norm(self.train_program)
         # state added by the passes (not a model variable) is carried like batch-norm statistics
@@ -439,7 +446,7 @@ class Trainer:
             grads = scale.unscale(grads)
             sums = jax.tree.map(lambda v: lax.psum(v, dp.axes), self._batch_sums(outputs, labels, loss))
             # batch-norm statistics differ per device: keep their mean (keys and counters agree already)
-            updates = {n: mean(v) if jax.typeof(v).vma and jnp.issubdtype(v.dtype, jnp.floating) else v
+            updates = {n: mean(v) if varying_axes(v) and jnp.issubdtype(v.dtype, jnp.floating) else v
                        for n, v in updates.items()}
             loss = mean(loss)
             finite = dp.all_finite(grads) & jnp.isfinite(loss)

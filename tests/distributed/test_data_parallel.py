@@ -267,3 +267,47 @@ def test_evaluate_and_predict_under_a_strategy_equal_one_device_including_a_last
     for key in want:
         assert abs(got[key] - want[key]) <= 1e-5 * max(1.0, abs(want[key])), key
     np.testing.assert_allclose(many.predict(x, batch_size=16), one.predict(x, batch_size=16), rtol=1e-5, atol=1e-6)
+
+
+def bn_model(sync: bool):
+    """Conv and linear layers each followed by batch norm (without the bias batch norm cancels)."""
+    from paddlejax import nn
+
+    nn.seed(0)
+    model = nn.Sequential(nn.Conv2D(3, 4, 3, padding=1, bias_attr=False), nn.BatchNorm2D(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(64, 8, bias_attr=False), nn.BatchNorm1D(8), nn.Tanh(), nn.Linear(8, 3))
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model) if sync else model
+
+
+def bn_trained(model, strategy, optimizer, steps=4):
+    rng = np.random.default_rng(4)
+    x = (1 + 2 * rng.normal(size=(steps, 16, 3, 4, 4))).astype(np.float32)
+    y = rng.integers(0, 3, (steps, 16)).astype(np.int32)
+    trainer = pj.Trainer(model, optimizer, progress=False, strategy=strategy)
+    losses = [trainer.train_batch((x[i],), y[i]) for i in range(steps)]
+    trainer.sync_model()
+    return trainer, losses, {k: np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(model))}
+
+
+@pytest.mark.parametrize("strategy", [Strategy(), Strategy(sharding={"stage": 3}, hierarchical_allreduce=True,
+                                                           hierarchical_allreduce_inter_nranks=2)],
+                         ids=["dp", "zero3-hierarchical"])
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_sync_batch_norm_trains_as_on_one_device(opt, strategy):
+    _, want_losses, want = bn_trained(bn_model(sync=False), None, OPTIMIZERS[opt]())
+    trainer, losses, got = bn_trained(bn_model(sync=True), strategy, OPTIMIZERS[opt]())
+    assert trainer.batch_norm == "sync"
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
+    assert got.keys() == want.keys()  # parameters and running statistics alike
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=2e-6, err_msg=str(name))
+
+
+def test_batch_norm_under_data_parallelism_normalises_each_devices_rows_and_says_so():
+    with pytest.warns(UserWarning, match=r"batch norm normalises each device's rows .* nn.SyncBatchNorm"):
+        trainer, _, got = bn_trained(bn_model(sync=False), Strategy(), optax.sgd(0.1), steps=1)
+    assert trainer.batch_norm == "local"
+    _, _, want = bn_trained(bn_model(sync=False), None, optax.sgd(0.1), steps=1)
+    # the running mean is the mean of the devices' (and so the batch's); the variance is not
+    np.testing.assert_allclose(got[("1", "mean")], want[("1", "mean")], rtol=1e-5, atol=1e-6)
+    assert np.max(np.abs(got[("1", "variance")] - want[("1", "variance")])) > 1e-2

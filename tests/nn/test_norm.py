@@ -109,3 +109,64 @@ def test_group_norm_per_group(data_format):
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_sync_batch_norm_split_over_devices_computes_what_one_device_does_on_the_whole_batch():
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    import paddlejax as pj
+
+    bn = nn.SyncBatchNorm(3, weight_attr=nn.initializer.Constant(1.5))
+    program = pj.to_static(bn, pj.InputSpec((None, 3, 2, 2)), train=True)
+    x, c = rand(16, 3, 2, 2, loc=3.0), rand(16, 3, 2, 2)
+
+    def loss(params, x, c):
+        out, stats = program.apply(params, x)
+        return jnp.sum(out * c), stats
+
+    grad = jax.grad(loss, argnums=(0, 1), has_aux=True)
+    (want_dparams, want_dx), want_stats = grad(program.params, x, c)
+
+    def per_device(params, x, c):
+        # each device differentiates its own copy of the parameters; their sum is the gradient
+        local = jax.tree.map(lambda p: jax.lax.pcast(p, "dp", to="varying"), params)
+        (dparams, dx), stats = grad(local, x, c)
+        return jax.lax.psum(dparams, "dp"), dx, jax.lax.pmean(stats, "dp")
+
+    run = jax.jit(jax.shard_map(per_device, mesh=Mesh(jax.devices(), ("dp",)), in_specs=(P(), P("dp"), P("dp")),
+                                out_specs=(P(), P("dp"), P())))
+    dparams, dx, stats = run(program.params, x, c)  # two rows per device
+    np.testing.assert_allclose(stats["mean"], 0.1 * x.mean((0, 2, 3)), rtol=1e-6)
+    np.testing.assert_allclose(stats["variance"], 0.9 + 0.1 * x.var((0, 2, 3)), rtol=1e-6)
+    for got, want in ((dparams, want_dparams), (dx, want_dx), (stats, want_stats)):
+        jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5), got, want)
+
+
+def test_sync_batch_norm_on_one_device_is_batch_norm_and_eval_is_the_plain_op():
+    x = rand(4, 3, 5, loc=1.0)
+    sync, plain = nn.SyncBatchNorm(3), nn.BatchNorm1D(3)
+    np.testing.assert_array_equal(sync(x), plain(x))
+    np.testing.assert_array_equal(sync.variance[...], plain.variance[...])
+    sync.eval()
+    ops = [e.primitive.name for e in jax.make_jaxpr(sync)(x).eqns]
+    assert ops == ["batch_norm"]  # inference programs hold the op the fusion passes fold
+    channels_last = nn.SyncBatchNorm(3, data_format="NHWC")
+    np.testing.assert_allclose(channels_last(x.transpose(0, 2, 1)[:, :, None]), normalise(
+        x.transpose(0, 2, 1)[:, :, None], (0, 1, 2)), rtol=1e-4, atol=1e-4)
+
+
+def test_convert_sync_batchnorm_replaces_every_batch_norm_keeping_its_state():
+    shared = nn.BatchNorm1D(4, momentum=0.5, epsilon=1e-3)
+    model = nn.Sequential(nn.Linear(2, 4), shared, nn.LayerList([shared, nn.BatchNorm2D(4, data_format="NHWC")]))
+    shared.mean.set_value(jnp.full(4, 2.0))
+    model.eval()
+    names = [n for n, _ in model.named_parameters()]
+    assert nn.SyncBatchNorm.convert_sync_batchnorm(model) is model
+    first, second, image = model[1], model[2][0], model[2][1]
+    assert type(first) is nn.SyncBatchNorm and first is second  # a shared layer stays shared
+    assert (first._momentum, first._epsilon, first._data_format, first.training) == (0.5, 1e-3, "NCL", False)
+    assert type(image) is nn.SyncBatchNorm and image._data_format == "NHWC"
+    np.testing.assert_array_equal(first.mean[...], jnp.full(4, 2.0))
+    assert [n for n, _ in model.named_parameters()] == names
+    bn = nn.BatchNorm2D(2)
+    assert type(nn.SyncBatchNorm.convert_sync_batchnorm(bn)) is nn.SyncBatchNorm
