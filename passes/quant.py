@@ -11,8 +11,9 @@ computes what the int8 program will, in float: the one to evaluate, calibrate an
 ``convert_int8`` turns each op whose inputs are all fake-quantized into its int8 kernel:
 ``quantize`` of the activation, the weight stored as an int8 parameter (``<weight>.int8``),
 and ``quantized_conv2d`` / ``quantized_linear`` / ``quantized_matmul``, which multiply int8 by
-int8 with int32 accumulation and rescale once. A linear or matmul whose activation is not
-fake-quantized but whose weight is becomes ``weight_only_linear`` (int8 or packed int4). The
+int8 with int32 accumulation and rescale once. A linear, matmul or convolution whose activation
+is not fake-quantized but whose weight is becomes ``weight_only_linear`` /
+``weight_only_conv2d`` (the weight int8, or int4 packed two to a byte as uint8). The
 converted program equals the fake-quant one up to float rounding of the rescale (the tests use
 1e-5 relative).
 
@@ -81,7 +82,8 @@ def weight_axis(op: Op) -> int | None:
 FAKE_QUANT = ("fake_quantize", "fake_quantize_asym")
 
 
-def _is_fake_quantized(v: Value) -> bool:
+def is_fake_quantized(v: Value) -> bool:
+    """Whether ``v`` is the output of a fake-quant op."""
     return v.producer is not None and v.producer.type in FAKE_QUANT
 
 
@@ -120,7 +122,7 @@ class InsertFakeQuant(Pass):
         unnamed = 0
         shared: dict[tuple, Value] = {}  # (activation, block) -> its fake-quantized value
         for op in [op for op in program.walk() if op.type in types]:
-            if any(_is_fake_quantized(v) for v in op.operands[:2]):
+            if any(is_fake_quantized(v) for v in op.operands[:2]):
                 continue
             weight = param_name(op.operands[1])
             if weight is None and op.type != "matmul":
@@ -267,16 +269,25 @@ def quantized_weight(program: Program, fq: Op) -> tuple[np.ndarray, np.ndarray, 
     return np.asarray(quantize(w, scale, bits=bits, axis=axis)), scale, bits, axis
 
 
+def _conv_attrs(op: Op) -> dict:
+    """The attributes of a conv or depthwise conv for a quantized conv kernel: without the
+    float kernel's variant choice, with the depthwise conv's groups."""
+    attrs = {k: v for k, v in op.attrs.items() if k != "kernel"}
+    attrs.setdefault("groups", op.operands[0].type.shape[channel_axis(attrs["data_format"], 4)])
+    return attrs
+
+
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class ConvertInt8(Pass):
     """Replace fake-quantized conv / linear / matmul ops by their int8 kernels (see the module
-    doc). Only 8-bit activations run as int8; 4-bit weights of a linear with a float
-    activation become packed ``weight_only_linear``. ``dce`` afterwards drops the float weights.
+    doc). Only 8-bit activations run as int8; the weights of a layer with a float activation
+    become weight-only (int8, or int4 packed as uint8). ``dce`` afterwards drops the float
+    weights.
 
     An asymmetric activation's zero point is folded into the layer's bias, which needs a
-    linear, or a convolution without padding; other layers it reads stay fake-quantized, in
-    float (statistic ``asym_float``).
+    linear or a convolution (whose padding is then made explicit, with the int8 value of 0.0);
+    other layers it reads stay fake-quantized, in float (statistic ``asym_float``).
 
     Statistics: ``int8`` ops, ``weight_only`` ops and ``asym_float`` ops left.
     """
@@ -289,9 +300,9 @@ class ConvertInt8(Pass):
         quantized: dict[Op, Value] = {}  # fake_quantize op -> the int8 value, shared by its readers
         for op in [op for op in program.walk() if op.type in QUANTIZABLE]:
             x, w = op.operands[:2]
-            y_fq = w.producer if _is_fake_quantized(w) else None
+            y_fq = w.producer if is_fake_quantized(w) else None
             w_fq = y_fq if y_fq is not None and is_stored_weight(program, y_fq) else None
-            x_fq = x.producer if _is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
+            x_fq = x.producer if is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
             if x_fq is not None and x_fq.type == "fake_quantize_asym" and not self._asym_convertible(program, op, w_fq):
                 stats["asym_float"] += 1
                 continue
@@ -300,7 +311,7 @@ class ConvertInt8(Pass):
                     (w_fq or op.type == "matmul" and y_fq.type == "fake_quantize"):
                 self._int8(rewriter, op, x_fq, y_fq, w_fq is not None, quantized)
                 stats["int8"] += 1
-            elif w_fq is not None and not _is_fake_quantized(x) and self._weight_only(rewriter, op, w_fq):
+            elif w_fq is not None and not is_fake_quantized(x) and self._weight_only(rewriter, op, w_fq):
                 stats["weight_only"] += 1
         for op in [op for op in program.walk() if op.type in FAKE_QUANT and not op.result.uses]:
             rewriter.erase_op(op)
@@ -318,17 +329,18 @@ class ConvertInt8(Pass):
         else:  # a matmul of two activations
             w_q, w_scale = self._quantize(rewriter, w_fq, quantized), w_fq.operands[1]
         x_scale, rest = x_fq.operands[1], op.operands[2:]
+        conv = op.type in ("conv2d", "depthwise_conv2d")
+        attrs = _conv_attrs(op) if conv else dict(op.attrs)
         if x_fq.type == "fake_quantize_asym":
-            x_scale, rest = self._asym_terms(rewriter, op, x_fq, q, scale, quantized)
-        if op.type in ("conv2d", "depthwise_conv2d"):
-            attrs = {k: v for k, v in op.attrs.items() if k != "kernel"}
-            attrs.setdefault("groups", op.operands[0].type.shape[1 if attrs["data_format"] == "NCHW" else 3])
+            x_scale, rest, zero = self._asym_terms(rewriter, op, x_fq, q, scale, quantized)
+            if conv:
+                x_q = self._pad_with_zero(rewriter, op, x_q, zero, attrs)
+        if conv:
             new = Op("quantized_conv2d", [x_q, w_q, x_scale, w_scale, *rest], [op.result.type], attrs, loc=op.loc)
         elif op.type == "linear":
-            new = Op("quantized_linear", [x_q, w_q, x_scale, w_scale, *rest], [op.result.type], dict(op.attrs),
-                     loc=op.loc)
+            new = Op("quantized_linear", [x_q, w_q, x_scale, w_scale, *rest], [op.result.type], attrs, loc=op.loc)
         else:
-            new = Op("quantized_matmul", [x_q, w_q, x_scale, w_scale], [op.result.type], dict(op.attrs), loc=op.loc)
+            new = Op("quantized_matmul", [x_q, w_q, x_scale, w_scale], [op.result.type], attrs, loc=op.loc)
         rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
 
     @staticmethod
@@ -344,28 +356,42 @@ class ConvertInt8(Pass):
 
     @staticmethod
     def _asym_convertible(program: Program, op: Op, w_fq: Op | None) -> bool:
-        """Whether an asymmetric activation's zero point folds into ``op``'s bias: a stored
-        weight, range and bias (or none), and no padding, whose zeros are not the zero point."""
+        """Whether an asymmetric activation's zero point folds into ``op``'s bias: a linear or a
+        convolution with a stored weight, range and bias (or none)."""
         x_fq = op.operands[0].producer
-        if w_fq is None or any(stored_array(program, v) is None for v in x_fq.operands[1:]) \
-                or len(op.operands) > 2 and stored_array(program, op.operands[2]) is None:
-            return False
-        if op.type == "linear":
-            return True
-        if op.type not in ("conv2d", "depthwise_conv2d"):
-            return False
-        x, w = (v.type.shape for v in op.operands[:2])
-        hw = [n for i, n in enumerate(x) if i not in (0, channel_axis(op.attrs["data_format"], 4))]
-        pads, _ = paddle_padding(op.attrs["padding"], hw, w[2:], op.attrs["stride"], op.attrs["dilation"])
-        return all(p == 0 for pair in pads for p in pair)
+        return op.type in ("linear", "conv2d", "depthwise_conv2d") and w_fq is not None \
+            and all(stored_array(program, v) is not None for v in x_fq.operands[1:]) \
+            and (len(op.operands) < 3 or stored_array(program, op.operands[2]) is not None)
+
+    @staticmethod
+    def _pad_with_zero(rewriter: Rewriter, op: Op, x_q: Value, zero: int, attrs: dict) -> Value:
+        """``x_q`` padded for the convolution ``op`` with ``zero``, the int8 value that stands for
+        0.0 (a convolution's own padding adds int8 zeros, which stand for ``-zero * step``);
+        ``attrs`` then say no padding."""
+        shape, fmt = x_q.type.shape, attrs["data_format"]
+        spatial = [i for i in range(4) if i not in (0, channel_axis(fmt, 4))]
+        pads, dilation = paddle_padding(attrs["padding"], [shape[i] for i in spatial], op.operands[1].type.shape[2:],
+                                        attrs["stride"], attrs["dilation"])
+        attrs.update(padding=((0, 0), (0, 0)), dilation=tuple(dilation))
+        if not any(p for pair in pads for p in pair):
+            return x_q
+        paddings = [0] * 8
+        for i, (lo, hi) in zip(spatial, pads):
+            paddings[2 * i:2 * i + 2] = lo, hi
+        padded = TensorType(tuple(n + paddings[2 * i] + paddings[2 * i + 1] if i in spatial else n
+                                  for i, n in enumerate(shape)), "int8")
+        pad = Op("pad", [x_q], [padded], {"paddings": tuple(paddings), "mode": "constant", "value": float(zero)},
+                 loc=op.loc)
+        return rewriter.insert_before(op, pad).result
 
     @staticmethod
     def _asym_terms(rewriter: Rewriter, op: Op, x_fq: Op, w_q: np.ndarray, w_scale: np.ndarray,
-                    quantized: dict) -> tuple[Value, list[Value]]:
+                    quantized: dict) -> tuple[Value, list[Value], int]:
         """The activation scale and bias that fold an asymmetric activation into a symmetric
-        int8 kernel: the kernel sees ``v = q - 128`` whose zero is ``zero_point - 128``, so
-        ``x_scale = 127 * step`` and the bias loses ``step * w_scale / 127 * (zero_point - 128)
-        * (sum of the weight's int8 values per output channel)``."""
+        int8 kernel, and the int8 value that stands for 0.0: the kernel sees ``v = q - 128``
+        whose zero is ``zero_point - 128``, so ``x_scale = 127 * step`` and the bias loses
+        ``step * w_scale / 127 * (zero_point - 128) * (sum of the weight's int8 values per
+        output channel)``."""
         program = rewriter.program
         step, zero_point = (np.asarray(v, np.float32) for v in
                             asym_grid(*(stored_array(program, v) for v in x_fq.operands[1:]), x_fq.attrs["bits"]))
@@ -376,21 +402,30 @@ class ConvertInt8(Pass):
         shift = (step * w_scale / qmax(8) * (zero_point - 2 ** (x_fq.attrs["bits"] - 1)) * sums).astype(np.float32)
         bias = stored_array(program, op.operands[2]) if len(op.operands) > 2 else np.zeros_like(shift)
         name = param_name(op.operands[1].producer.operands[0])
-        return quantized[x_fq, "scale"], [rewriter.param(f"{name}.zero_point_bias", bias - shift)]
+        zero = int(zero_point) - 2 ** (x_fq.attrs["bits"] - 1)
+        return quantized[x_fq, "scale"], [rewriter.param(f"{name}.zero_point_bias", bias - shift)], zero
 
     @staticmethod
     def _weight_only(rewriter: Rewriter, op: Op, w_fq: Op) -> bool:
-        if op.type not in ("linear", "matmul") or w_fq.attrs["axis"] not in (None, len(op.operands[1].type.shape) - 1) \
+        """``op`` as ``weight_only_linear`` or ``weight_only_conv2d`` (weight int8 or packed int4),
+        where one computes it: a linear, a 2-D matmul weight without transposes, a convolution."""
+        conv = op.type in ("conv2d", "depthwise_conv2d")
+        out_axis = 0 if conv else len(op.operands[1].type.shape) - 1
+        if w_fq.attrs["axis"] not in (None, out_axis) \
                 or op.type == "matmul" and (op.attrs.get("transpose_x") or op.attrs.get("transpose_y")
                                             or len(op.operands[1].type.shape) != 2):
             return False
         q, scale, bits, axis = quantized_weight(rewriter.program, w_fq)
         name = param_name(w_fq.operands[0])
         w_q = rewriter.param(f"{name}.int4" if bits == 4 else f"{name}.int8", pack_int4(q) if bits == 4 else q)
-        if axis is None:  # weight_only_linear takes a per-output-channel scale
-            scale = np.full(q.shape[-1], scale, np.float32)
-        attrs = {"bits": bits, **{k: op.attrs[k] for k in ("act", "act_alpha") if k in op.attrs}}
-        new = Op("weight_only_linear", [op.operands[0], w_q, rewriter.param(f"{name}.weight_scale", scale),
-                                        *op.operands[2:]], [op.result.type], attrs, loc=op.loc)
+        if axis is None:  # the weight-only ops take a per-output-channel scale
+            scale = np.full(q.shape[out_axis], scale, np.float32)
+        if conv:
+            attrs = {"bits": bits, **_conv_attrs(op)}
+        else:
+            attrs = {"bits": bits, **{k: op.attrs[k] for k in ("act", "act_alpha") if k in op.attrs}}
+        new = Op("weight_only_conv2d" if conv else "weight_only_linear",
+                 [op.operands[0], w_q, rewriter.param(f"{name}.weight_scale", scale), *op.operands[2:]],
+                 [op.result.type], attrs, loc=op.loc)
         rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
         return True

@@ -23,32 +23,38 @@ from typing import Iterable
 
 import numpy as np
 
-from paddlejax.ir.core import Op, Program
+from paddlejax.ir.core import Op, Program, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops import registry
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.quant import dequantize
 from paddlejax.passes.fusion import stored_array
-from paddlejax.passes.quant import is_stored_weight, param_name, quantized_weight
+from paddlejax.passes.quant import is_fake_quantized, is_stored_weight, param_name, quantized_weight
 from paddlejax.slim.quant.post import probe_batches
 
 CORRECTABLE = ("conv2d", "depthwise_conv2d", "linear")
 
 
-def _targets(program: Program) -> dict[str, Op]:
-    """Activation scale name -> the op it feeds, for each fake-quantized conv / linear with a
-    stored weight, a stored bias or none, and no fused activation (after which the shift
-    would not be linear)."""
-    out = {}
+def _targets(program: Program) -> list[Op]:
+    """The conv / linear ops with a fake-quantized stored weight, an input fake-quantized
+    symmetrically or float (weight-only), a stored bias or none, and no fused activation
+    (after which the shift would not be linear), in program order."""
+    out = []
     for op in program.walk():
         if op.type not in CORRECTABLE or op.attrs.get("act") is not None:
             continue
-        x_fq, w_fq = (v.producer for v in op.operands[:2])
+        x, w = op.operands[:2]
         stored_bias = len(op.operands) < 3 or param_name(op.operands[2]) is not None
-        if all(fq is not None and fq.type == "fake_quantize" for fq in (x_fq, w_fq)) and stored_bias \
-                and is_stored_weight(program, w_fq) and param_name(x_fq.operands[1]):
-            out[param_name(x_fq.operands[1])] = op
+        if is_fake_quantized(w) and w.producer.type == "fake_quantize" and is_stored_weight(program, w.producer) \
+                and (not is_fake_quantized(x) or x.producer.type == "fake_quantize") and stored_bias:
+            out.append(op)
     return out
+
+
+def _inputs(program: Program) -> dict[str, Value]:
+    """The float input of each op of :func:`_targets`, by its position."""
+    return {str(i): op.operands[0].producer.operands[0] if is_fake_quantized(op.operands[0]) else op.operands[0]
+            for i, op in enumerate(_targets(program))}
 
 
 def _output_shift(program: Program, op: Op, mean_x: np.ndarray) -> np.ndarray:
@@ -66,9 +72,12 @@ def correct_bias(program: Program, calib_data: Iterable, *, progress: bool = Tru
     """Add to the bias of every fake-quantized conv / linear of ``program`` (in place; a layer
     without one gets a ``<weight>.bias_correction`` bias) the mean output shift of its
     quantized weight on ``calib_data``; returns the shifts by weight name."""
-    targets = _targets(program)
+    targets = {str(i): op for i, op in enumerate(_targets(program))}
+    if not targets:
+        raise ValueError(f"correct_bias: {program.name} has no fake-quantized conv or linear to correct (with a "
+                         "stored weight, a stored bias or none, and no fused activation); run insert_fake_quant first")
     sums, counts = {}, {}
-    for values in probe_batches(program, calib_data, "correct_bias", progress):
+    for values in probe_batches(program, calib_data, "correct_bias", progress, taps=_inputs):
         for name, op in targets.items():
             x = np.asarray(values[name], np.float64)
             if op.type == "linear":  # each row of a [..., in] input is a sample: sequence lengths may differ

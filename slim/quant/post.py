@@ -5,7 +5,9 @@ data, then convert it to int8 kernels.
 ``quant_post_static`` runs: fake-quant ops in front of the chosen conv / linear / matmul ops
 (``insert_fake_quant``), one observer per activation fed with the *float* program's values on
 every calibration batch (:func:`calibrate`), the observers' scales written into the program,
-then ``convert_int8`` and ``dce``.
+then ``convert_int8`` and ``dce``. With ``weight_bits=4`` only the weights are quantized, to
+int4 packed two to a byte (``weight_only_linear`` / ``weight_only_conv2d``, about 8 times
+smaller than float32), and the activations stay float: nothing is calibrated.
 
 >>> import numpy as np, jax.numpy as jnp, paddlejax as pj
 >>> rng = np.random.default_rng(0)
@@ -21,16 +23,17 @@ True
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator
+import warnings
+from typing import Callable, Iterable, Iterator
 
 import jax
 import numpy as np
 
 from paddlejax.io import load
-from paddlejax.ir.core import Op, Program
+from paddlejax.ir.core import Op, Program, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes import run as run_passes
-from paddlejax.passes.quant import FAKE_QUANT, InsertFakeQuant, param_name
+from paddlejax.passes.quant import FAKE_QUANT, QUANTIZABLE, InsertFakeQuant, is_fake_quantized, param_name
 from paddlejax.slim.quant.aware import convert
 from paddlejax.slim.quant.observers import make_observer
 
@@ -42,23 +45,29 @@ def activation_scales(program: Program) -> dict[str, Op]:
             if op.type in FAKE_QUANT and param_name(op.operands[0]) is None}
 
 
-def _float_probe(program: Program) -> tuple[Program, list[str]]:
-    """A copy of ``program`` without its fake-quant ops whose outputs are the activations each
-    scale of :func:`activation_scales` will quantize, by scale name."""
+def activation_taps(program: Program) -> dict[str, Value]:
+    """The activations that the fake-quant ops of ``program`` quantize, by scale name (see
+    :func:`activation_scales`)."""
+    return {name: op.operands[0] for name, op in activation_scales(program).items()}
+
+
+def _float_probe(program: Program, taps: Callable[[Program], dict[str, Value]]) -> tuple[Program, list[str]]:
+    """A copy of ``program`` without its fake-quant ops whose outputs are the values ``taps``
+    picks in it (float values: not the outputs of fake-quant ops), by name."""
     probe = program.clone()
-    scales = activation_scales(probe)
+    values = taps(probe)
     rewriter = Rewriter(probe)
-    taps = {name: op.operands[0] for name, op in scales.items()}
     for op in [op for op in probe.walk() if op.type in FAKE_QUANT]:
         rewriter.replace_op(op, [op.operands[0]])
-    probe.set_outputs(taps)
-    return probe, list(taps)
+    probe.set_outputs(values)
+    return probe, list(values)
 
 
-def probe_batches(program: Program, calib_data: Iterable, caller: str, progress: bool) -> Iterator[dict]:
-    """For each batch of ``calib_data``, the float values of the activations that the
-    fake-quant ops of ``program`` quantize, by scale name (see :func:`activation_scales`)."""
-    probe, names = _float_probe(program)
+def probe_batches(program: Program, calib_data: Iterable, caller: str, progress: bool,
+                  taps: Callable[[Program], dict[str, Value]] = activation_taps) -> Iterator[dict]:
+    """For each batch of ``calib_data``, the float values that ``taps`` picks in ``program``
+    (by default the activations its fake-quant ops quantize, by scale name)."""
+    probe, names = _float_probe(program, taps)
     if not names:
         raise ValueError(f"{caller}: {program.name} has no fake-quantized activation to calibrate; "
                          "run insert_fake_quant first (with act_bits 8 or 4)")
@@ -120,31 +129,72 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
     """The int8 version of a program (or the path of a saved one), calibrated on
     ``calib_data`` with ``algo``; saved to ``output`` when given. ``ops`` and ``skip`` choose
     the ops as for ``insert_fake_quant`` (a regular expression on the weight's name);
+    ``weight_bits=4`` quantizes the weights only, to packed int4 (activations stay float and
+    ``calib_data`` serves only ``bias_correction``);
     ``act_symmetric=False`` quantizes activations asymmetrically (with ``algo="min_max"``);
     ``bias_correction`` adds each layer's mean output shift from int8 weights, measured on
     ``calib_data`` (which is then read twice), to its bias (:mod:`paddlejax.slim.quant.bias`).
-    See the module doc for the steps.
+    See the module doc for the steps. A layer that no int8 kernel computes (e.g. a matmul of
+    an asymmetric activation) stays fake-quantized, in float, with a warning naming it.
+
+    >>> import numpy as np, jax.numpy as jnp, paddlejax as pj
+    >>> w = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
+    >>> prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), pj.InputSpec((None, 64)), params={"w": w})
+    >>> int4 = quant_post(prog, [], weight_bits=4)
+    >>> [op.type for op in int4.walk() if op.type != "param"], int4.params["w.int4"].shape   # two rows per byte
+    (['weight_only_linear', 'return'], (32, 32))
     """
     from paddlejax.io import save
 
+    if weight_bits not in (8, 4):
+        raise ValueError(f"quant_post: weight_bits must be 8 (int8 weights and activations) or 4 (packed int4 "
+                         f"weights, float activations), got {weight_bits!r}")
+    weight_only = weight_bits == 4
     source = program_or_path if isinstance(program_or_path, Program) else load(program_or_path)
+    if weight_only and not act_symmetric:
+        raise ValueError("quant_post: weight_bits=4 quantizes the weights only and leaves the activations float; "
+                         "act_symmetric=False quantizes activations: use weight_bits=8 with it")
     if not act_symmetric and algo != "min_max":
         raise ValueError(f"quant_post: asymmetric activations are calibrated by their range: algo='min_max', "
                          f"not {algo!r}")
-    fake = run_passes(source, [InsertFakeQuant(ops=ops, skip=skip, weight_bits=weight_bits, act_bits=8,
-                                               channel_wise=channel_wise, act_symmetric=act_symmetric)])
-    if not activation_scales(fake):
+    fake = run_passes(source, [InsertFakeQuant(ops=ops, skip=skip, weight_bits=weight_bits,
+                                               act_bits=0 if weight_only else 8, channel_wise=channel_wise,
+                                               act_symmetric=act_symmetric)])
+    if not any(op.type in FAKE_QUANT for op in fake.walk()):
         raise ValueError(f"quant_post: nothing to quantize in {source.name}: no {ops.replace(':', ', ')} op "
                          f"with a parameter weight" + (f" outside skip={skip!r}" if skip else ""))
-    if bias_correction and iter(calib_data) is calib_data:
+    if bias_correction and not weight_only and iter(calib_data) is calib_data:
         raise ValueError("quant_post: bias_correction reads calib_data twice; pass a list (or another re-iterable "
                          "collection) of batches, not an iterator")
-    calibrate(fake, calib_data, algo, progress=progress, **observer_options)
+    if not weight_only:
+        calibrate(fake, calib_data, algo, progress=progress, **observer_options)
     if bias_correction:
         from paddlejax.slim.quant.bias import correct_bias
 
         correct_bias(fake, calib_data, progress=progress)
     int8 = convert(fake)
+    _warn_float_layers(int8)
     if output is not None:
         save(int8, output)
     return int8
+
+
+def _warn_float_layers(program: Program) -> None:
+    """Warn about the quantizable ops of a converted ``program`` still reading a fake-quantized
+    value, and why: conversion found no int8 kernel for them, so they compute in float."""
+    reasons: dict[str, list[str]] = {}
+    for op in program.walk():
+        x, w = op.operands[:2] if op.type in QUANTIZABLE else (None, None)
+        if x is None or not (is_fake_quantized(x) or is_fake_quantized(w)):
+            continue
+        name = param_name(w.producer.operands[0] if is_fake_quantized(w) else w) or f"{op.type} at {op.loc}"
+        if is_fake_quantized(x) and x.producer.type == "fake_quantize_asym":
+            why = "an asymmetric activation folds its zero point only into a linear or a convolution"
+        elif not is_fake_quantized(x):
+            why = "weight-only kernels take a linear, a convolution or a 2-D matmul weight without transposes"
+        else:
+            why = "no int8 kernel takes these bit widths"
+        reasons.setdefault(why, []).append(name)
+    for why, names in reasons.items():
+        warnings.warn(f"quant_post: {', '.join(names)} stay float (fake-quantized): {why}; leave them out with "
+                      f"skip= to silence this", stacklevel=3)

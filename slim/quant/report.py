@@ -2,7 +2,7 @@
 
 PaddleSlim users compare a quantized model layer by layer to find the layer that loses the
 accuracy. :func:`layer_errors` runs the float and the int8 program on the same inputs and, for
-every int8 op (``quantized_*``, ``weight_only_linear``), compares its output with the output of
+every int8 op (``quantized_*``, ``weight_only_*``), compares its output with the output of
 the float op over the same weight (matched by the weight's parameter name; matmuls of two
 activations by their order). The errors include what the layers before passed on, as they do
 when the int8 model runs. :func:`plot_layer_errors` draws them.
@@ -31,7 +31,7 @@ from paddlejax.ir.core import Op, Program
 from paddlejax.lowering import bind_inputs, run_ops
 from paddlejax.passes.quant import QUANTIZABLE
 
-INT8_OPS = ("quantized_conv2d", "quantized_linear", "quantized_matmul", "weight_only_linear")
+INT8_OPS = ("quantized_conv2d", "quantized_linear", "quantized_matmul", "weight_only_conv2d", "weight_only_linear")
 
 
 @dataclasses.dataclass

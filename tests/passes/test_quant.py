@@ -223,12 +223,17 @@ def test_asymmetric_activations_fold_their_zero_points_into_the_biases():
     assert ranges["c2.w.input_min"][0] == 0  # after a relu
     manager = pj.passes.PassManager("convert_int8,dce")
     int8 = manager.run(fake)
-    assert manager.records[0].stats == {"int8": 2, "weight_only": 0, "asym_float": 1}
-    # the padded convolution reads zeros that are not the zero point: it stays fake-quantized
+    assert manager.records[0].stats == {"int8": 3, "weight_only": 0, "asym_float": 0}
+    # the padded convolution's zeros would not be the zero point: its input is padded with the zero point
     assert [op.type for op in int8.walk() if op.type not in ("param", "relu", "reshape", "return")] == [
-        "quantize_asym", "quantized_conv2d", "fake_quantize", "fake_quantize_asym", "conv2d", "quantize_asym",
+        "quantize_asym", "quantized_conv2d", "quantize_asym", "pad", "quantized_conv2d", "quantize_asym",
         "quantized_linear"]
-    assert "fc.w.zero_point_bias" in int8.used_params() and "c1.b" not in int8.used_params()
+    pad = next(op for op in int8.walk() if op.type == "pad")
+    conv = next(op for op in int8.walk() if op.type == "quantized_conv2d" and op.operands[0] is pad.result)
+    step, zero_point = pj.ops.quant.asym_grid(*ranges["c2.w.input_min"])
+    assert pad.attrs["paddings"] == (0, 0, 0, 0, 1, 1, 1, 1) and pad.attrs["value"] == float(zero_point) - 128
+    assert conv.attrs["padding"] == ((0, 0), (0, 0)) and conv.attrs["stride"] == (2, 2)
+    assert {"c2.w.zero_point_bias", "fc.w.zero_point_bias"} <= set(int8.used_params()) and "c1.b" not in int8.used_params()
     out = np.asarray(int8(x))
     np.testing.assert_allclose(out, fake(x), rtol=1e-5, atol=1e-5 * np.abs(out).max())
 
@@ -241,4 +246,4 @@ def test_asymmetric_activations_need_the_min_max_observer_and_post_training():
         pj.passes.run(prog, "quant_aware{act_symmetric=false}")
     int8 = pj.slim.quant_post(prog, [np.ones((2, 3, 6, 6), np.float32)], algo="min_max", act_symmetric=False,
                               progress=False)
-    assert sum(op.type == "quantize_asym" for op in int8.walk()) == 2
+    assert sum(op.type == "quantize_asym" for op in int8.walk()) == 3
