@@ -404,7 +404,9 @@ class PipelineRunner:
         x, t = [local(a) for a in mb_inputs], [local(a) for a in mb_targets]
         for s in range(split.num_stages):
             names = split.stages[s].param_names
-            p = {n: params[n] for n in names}
+            # shapes alone: a sharding of the caller's would type the probed VJP for another mesh than
+            # shard_map's, and the backward pass rebuilds that VJP from it
+            p = {n: jax.ShapeDtypeStruct(jnp.shape(params[n]), jnp.result_type(params[n])) for n in names}
             diff = [s > 0 and _inexact(a) for a in x]
             plan = _StagePlan(names, diff, _Layout(p.values()), _Layout(x), _Layout([]), _Layout(x))
             f = self.stage_fn(s, plan, targets_tree)

@@ -88,6 +88,20 @@ def test_a_program_returning_its_loss_carries_integer_labels_through_the_stages(
     assert_close(grads, ref_grads)
 
 
+def test_parameters_placed_on_the_mesh_give_the_same_numbers_with_any_loss(data):
+    """The runner's plan of each stage's backward pass is made for shard_map's mesh, whatever the
+    placement of the parameters it is given (e.g. the parameters a previous step updated)."""
+    x, y, _, _ = data
+    mesh = Mesh(np.array(jax.devices()).reshape(S, 2), ("pp", "dp"))
+    square = lambda logits, labels: jnp.mean((logits - jax.nn.one_hot(labels[:, 0], 3)) ** 2)  # noqa: E731
+    runner = PipelineRunner(split(), square, micro_batches=M, mesh=mesh)
+    placed = jax.device_put(params(), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    loss, grads = jax.jit(runner.value_and_grad)(placed, x, y)
+    ref_loss, ref_grads = jax.value_and_grad(lambda p: square(model(p, x), y))(params())
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-5)
+    assert_close(grads, ref_grads)
+
+
 def test_schedules_order_the_work():
     gpipe, one_f_one_b = make_schedule("gpipe", 3, 4), make_schedule("1f1b", 3, 4)
     assert gpipe.timeline() == (
