@@ -8,12 +8,12 @@ equation (``jax.make_jaxpr`` shows ``conv2d[...]``), eagerly it runs its referen
 [0.0, 2.0]
 """
 from paddlejax.ops.registry import Attr, Input, OpDef, all_ops, define, get, lookup  # noqa: F401
-from paddlejax.ops.activation import (gelu, hard_swish, leaky_relu, log_softmax, relu, relu6, sigmoid,  # noqa: F401
-                                      silu, softmax, tanh)
+from paddlejax.ops.activation import (gelu, hard_swish, leaky_relu, log_softmax, prelu, relu, relu6,  # noqa: F401
+                                      sigmoid, silu, softmax, tanh)
 from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
 from paddlejax.ops.conv import conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d  # noqa: F401
 from paddlejax.ops.fp8 import fp8_linear, quantize_fp8  # noqa: F401
-from paddlejax.ops.loss import cross_entropy  # noqa: F401
+from paddlejax.ops.loss import cross_entropy, nll_loss  # noqa: F401
 from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_max, elementwise_min,  # noqa: F401
                                 elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
 from paddlejax.ops.norm import batch_norm, group_norm, layer_norm, sync_batch_norm  # noqa: F401
@@ -23,6 +23,7 @@ from paddlejax.ops.quant import (abs_max, dequantize, fake_quantize, fake_quanti
                                  moving_average_abs_max, quantize, quantize_asym, quantized_conv2d, quantized_linear,
                                  quantized_matmul, weight_only_conv2d, weight_only_linear)
 from paddlejax.ops.random import dropout, split_key  # noqa: F401
+from paddlejax.ops.resize import interpolate  # noqa: F401
 from paddlejax.ops.rnn import gru, lstm  # noqa: F401
 from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401
 from paddlejax.ops.shape import cast, concat, pad, reshape, slice, split, transpose  # noqa: F401, A004

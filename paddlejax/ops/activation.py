@@ -1,4 +1,4 @@
-"""Activation ops, softmax and log_softmax (Paddle names and defaults).
+"""Activation ops, prelu, softmax and log_softmax (Paddle names and defaults).
 
 >>> import jax.numpy as jnp
 >>> from paddlejax.ops.activation import gelu, leaky_relu
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
-from paddlejax.ops.common import norm_axis
+from paddlejax.ops.common import channel_axis, input_error, norm_axis
 
 
 def _activation(name: str, kernel, **attrs):
@@ -76,6 +76,19 @@ def _log_softmax(x, *, axis):
     return jax.nn.log_softmax(x, axis=norm_axis("log_softmax", "axis", axis, x.ndim))
 
 
+def _prelu(x, weight, *, data_format):
+    """x where positive, weight * x elsewhere; ``weight`` has one element, or one per channel
+    (on ``data_format``'s channel axis)."""
+    if weight.shape != (1,):
+        axis = channel_axis(data_format, x.ndim)
+        if x.ndim < 2 or weight.shape != (x.shape[axis],):
+            channels = f"{x.shape[axis]} channels on axis {axis}" if x.ndim >= 2 else "no channel axis"
+            raise input_error("prelu", "weight", f"shape (1,) or one slope per channel (x {tuple(x.shape)} has "
+                              f"{channels}, data_format={data_format!r})", tuple(weight.shape))
+        weight = weight.reshape([-1 if i == axis else 1 for i in range(x.ndim)])
+    return jnp.where(x > 0, x, weight.astype(x.dtype) * x)
+
+
 relu = _activation("relu", _relu)
 relu6 = _activation("relu6", _relu6)
 gelu = _activation("gelu", _gelu, approximate=Attr("bool", False))
@@ -86,6 +99,10 @@ leaky_relu = _activation("leaky_relu", _leaky_relu, negative_slope=Attr("float",
 hard_swish = _activation("hard_swish", _hard_swish)
 softmax = _activation("softmax", _softmax, axis=Attr("int", -1))
 log_softmax = _activation("log_softmax", _log_softmax, axis=Attr("int", -1))
+prelu = define("prelu", _prelu, inputs=[Input("x", dtype="float"), Input("weight", rank=1, dtype="float")],
+               attrs={"data_format": Attr("str", "NCHW", choices=("NC", "NCL", "NCHW", "NCDHW", "NLC", "NHWC",
+                                                                  "NDHWC"))},
+               flops=elementwise_flops)
 
 
 # Activations an op can apply to its own result (its ``act`` attribute). "gelu_tanh" is gelu

@@ -16,7 +16,7 @@ OP_NAMES = {
     "transpose", "concat", "split", "slice", "pad", "cast", "reduce_sum", "reduce_mean", "reduce_max",
     "scaled_dot_product_attention", "lstm", "gru", "split_key", "adaptive_pool2d",
     "fake_quantize", "fake_quantize_asym", "quantize", "dequantize", "quantized_linear", "quantized_matmul",
-    "quantized_conv2d", "weight_only_linear",
+    "quantized_conv2d", "weight_only_linear", "conv1d", "conv3d", "interpolate", "prelu", "nll_loss",
 }
 
 
@@ -121,6 +121,21 @@ BAD_CALLS = [
      r"lstm: input 'weight_ih' expects shape \(16, 3\) \(x is \(2, 5, 3\), hidden size 4\), got \(12, 3\)"),
     (lambda: ops.split_key(np.zeros(3, np.uint32)), r"split_key: input 'key' expects raw uint32\[..., 2\]"),
     (lambda: ops.adaptive_pool2d(x4, output_size=0), r"adaptive_pool2d: attribute 'output_size' expects an int >= 1"),
+    (lambda: ops.conv3d(np.zeros((1, 5, 5, 5, 4), np.float32), np.zeros((2, 4, 3, 3, 3), np.float32)),
+     r"conv3d: input 'x' .* has 5 channels on axis 1 \(data_format='NCDHW'\), .* pass data_format='NDHWC'"),
+    (lambda: ops.interpolate(x4), r"interpolate: attribute 'size' expects exactly one of size and scale_factor"),
+    (lambda: ops.interpolate(x4, scale_factor=(2.0, 2.0, 2.0)), r"interpolate: attribute 'scale_factor' expects 1 or 2"),
+    (lambda: ops.interpolate(x4, size=3, mode="trilinear"), r"interpolate: attribute 'mode' expects 'nearest' or "
+                                                            r"'bilinear' for a rank-4 input"),
+    (lambda: ops.interpolate(x4, size=3, align_corners=True), r"interpolate: attribute 'align_corners'"),
+    (lambda: ops.interpolate(x4[0], size=3), r"interpolate: attribute 'data_format' expects a layout of rank 3"),
+    (lambda: ops.interpolate(x4, scale_factor=0.0), r"interpolate: attribute 'scale_factor' expects a positive"),
+    (lambda: ops.prelu(x4, np.zeros(5, np.float32)), r"prelu: input 'weight' expects shape \(1,\) or one slope per "
+                                                     r"channel \(x \(2, 6, 5, 5\) has 6 channels on axis 1"),
+    (lambda: ops.cross_entropy(x2, np.zeros(2, np.int32), np.ones(5, np.float32)),
+     r"cross_entropy: input 'weight' expects shape \(6,\) \(one weight per class\)"),
+    (lambda: ops.nll_loss(x2, np.zeros((2, 1), np.int32)), r"nll_loss: input 'label' expects input's shape \(2, 6\) "
+                                                           r"without axis 1, got \(2, 1\)"),
 ]
 
 

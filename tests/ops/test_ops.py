@@ -81,6 +81,39 @@ def np_conv_transpose(x, w, stride, pads, out_pad=(0, 0), dil=(1, 1), groups=1):
     return full[:, :, t:full.shape[2] - b, l:full.shape[3] - r]
 
 
+def np_conv_nd(x, w, stride, pads, groups=1):
+    """Channels-first grouped convolution in any number of spatial dims, over sliding windows, float64."""
+    nd = x.ndim - 2
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads))
+    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=tuple(range(2, 2 + nd)))
+    win = win[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]  # [n, c, *out, *kernel]
+    n, (out_c, cg) = x.shape[0], w.shape[:2]
+    out, taps = "xyz"[:nd], "ijk"[:nd]
+    y = np.einsum(f"ngc{out}{taps},goc{taps}->ngo{out}", win.reshape(n, groups, cg, *win.shape[2:]),
+                  w.reshape(groups, out_c // groups, cg, *w.shape[2:]))
+    return y.reshape(n, out_c, *y.shape[3:])
+
+
+def np_interpolate(x, out, mode, align_corners=False, align_mode=0, scale=None):
+    """Channels-first resize by Paddle's documented formulas, one output index at a time:
+    source ``ratio * j`` (half-pixel ``ratio * (j + 0.5) - 0.5``, clamped at 0, for align_mode 0)."""
+    y = x.astype(np.float64)
+    for ax, o in enumerate(out, start=2):
+        n = y.shape[ax]
+        ratio = ((n - 1) / (o - 1) if o > 1 else 0) if align_corners else (1 / scale[ax - 2] if scale else n / o)
+        rows = []
+        for j in range(o):
+            if mode == "nearest":
+                rows.append(np.take(y, min(int(ratio * j), n - 1), axis=ax))
+                continue
+            src = max(ratio * (j + 0.5) - 0.5, 0) if align_mode == 0 and not align_corners else ratio * j
+            lo = int(src)
+            lam = src - lo
+            rows.append((1 - lam) * np.take(y, lo, axis=ax) + lam * np.take(y, min(lo + 1, n - 1), axis=ax))
+        y = np.stack(rows, axis=ax)
+    return y
+
+
 def np_pool(x, kind, k, s, pads=((0, 0), (0, 0)), ceil=False, exclusive=True):
     """NCHW pooling by explicit windows (Paddle's window bounds and divisors)."""
     def size(n, k, s, lo, hi):
@@ -120,6 +153,16 @@ def np_cross_entropy(logits, label, ignore=-100, smooth=0.0, reduction="mean"):
     picked = -np.take_along_axis(logp, np.where(keep, label, 0)[..., None], -1)[..., 0]
     loss = np.where(keep, (1 - smooth) * picked - smooth * logp.mean(-1), 0)
     return {"none": loss, "sum": loss.sum(), "mean": loss.sum() / max(keep.sum(), 1)}[reduction]
+
+
+def np_weighted_nll(logp, label, weight, ignore=-100, reduction="mean"):
+    """Class-weighted negative log likelihood with the class axis last: mean divides by the
+    weights of the counted entries."""
+    keep = label != ignore
+    safe = np.where(keep, label, 0)
+    w = np.where(keep, weight[safe], 0)
+    loss = -np.take_along_axis(logp, safe[..., None], -1)[..., 0] * w
+    return {"none": loss, "sum": loss.sum(), "mean": loss.sum() / w.sum()}[reduction]
 
 
 def np_attention(q, k, v, mask=None, causal=False, scale=None):
@@ -212,6 +255,11 @@ labels_ig = labels.copy()
 labels_ig[1] = -100
 soft = np.exp(rand(4, 5))
 soft /= soft.sum(-1, keepdims=True)
+class_w = rand(5, low=0.5)
+x_vol = rand(2, 2, 3, 4, 3)
+nll_logp = np.asarray(np_log_softmax(rand(4, 5, 3), 1), np.float32)
+nll_label = ints(5, 4, 3)
+nll_label[0, 1] = -100
 q, k, v = rand(2, 3, 2, 4), rand(2, 5, 2, 4), rand(2, 5, 2, 4)
 bool_mask = _rng.random((2, 1, 3, 5)) > 0.3
 bool_mask[..., 0] = True  # every query keeps a key
@@ -238,12 +286,38 @@ CASES = [
          {"padding": "SAME", "data_format": "NHWC"}, diff=(0, 1), tol=1e-4, id="nhwc-same"),
     case(ops.depthwise_conv2d, (x_img, w_dw, rand(8)), lambda x, w, b: np_conv(x, w, pads=((1, 1), (1, 1)),
          groups=4) + b[:, None, None], {"padding": 1}, diff=(0, 1, 2), tol=1e-4),
+    case(ops.conv1d, (rand(2, 4, 9), rand(6, 2, 3), rand(6)),
+         lambda x, w, b: np_conv_nd(x, w, (2,), ((1, 2),), groups=2) + b[:, None],
+         {"groups": 2, "stride": 2, "padding": (1, 2)}, diff=(0, 1, 2), tol=1e-4),
+    case(ops.conv1d, (rand(2, 9, 4), rand(3, 4, 2)),
+         lambda x, w: np_conv_nd(x.transpose(0, 2, 1), w, (1,), ((0, 1),)).transpose(0, 2, 1),
+         {"padding": "SAME", "data_format": "NLC"}, diff=(0, 1), tol=1e-4, id="nlc-same"),
+    case(ops.conv3d, (x_vol, rand(3, 2, 2, 3, 2), rand(3)),
+         lambda x, w, b: np_conv_nd(x, w, (1, 2, 1), ((1, 1),) * 3) + b[:, None, None, None],
+         {"stride": (1, 2, 1), "padding": 1}, diff=(0, 1, 2), tol=1e-4),
+    case(ops.conv3d, (x_vol.transpose(0, 2, 3, 4, 1), rand(4, 1, 2, 2, 2)),
+         lambda x, w: np_conv_nd(x.transpose(0, 4, 1, 2, 3), w, (1, 1, 1), ((1, 0), (0, 1), (1, 1)),
+                                 groups=2).transpose(0, 2, 3, 4, 1),
+         {"padding": ((1, 0), (0, 1), (1, 1)), "groups": 2, "data_format": "NDHWC"}, diff=(0, 1), tol=1e-4,
+         id="ndhwc-grouped"),
     case(ops.conv2d_transpose, (x_img, w_t), lambda x, w: np_conv_transpose(x, w, (2, 1), ((1, 0), (0, 1)), (1, 0)),
          {"stride": (2, 1), "padding": ((1, 0), (0, 1)), "output_padding": (1, 0)}, diff=(0, 1), tol=1e-4),
     case(ops.conv2d_transpose, (x_img, rand(4, 2, 2, 3), rand(4)),
          lambda x, w, b: np_conv_transpose(x, w, (1, 2), ((0, 0), (1, 1)), dil=(2, 1), groups=2) + b[:, None, None],
          {"stride": (1, 2), "padding": (0, 1), "dilation": (2, 1), "groups": 2}, diff=(0, 1, 2), tol=1e-4,
          id="grouped"),
+    # resize
+    case(ops.interpolate, (x_img,), lambda x: np_interpolate(x, (12, 10), "nearest", scale=(2, 2)),
+         {"scale_factor": 2.0}),
+    case(ops.interpolate, (x_img,), lambda x: np_interpolate(x, (4, 7), "bilinear"),
+         {"size": (4, 7), "mode": "bilinear"}, id="bilinear-half-pixel"),
+    case(ops.interpolate, (x_img.transpose(0, 2, 3, 1),),
+         lambda x: np_interpolate(x.transpose(0, 3, 1, 2), (9, 3), "bilinear", align_corners=True).transpose(0, 2, 3, 1),
+         {"size": (9, 3), "mode": "bilinear", "align_corners": True, "data_format": "NHWC"}, id="align-corners-nhwc"),
+    case(ops.interpolate, (rand(2, 3, 4),), lambda x: np_interpolate(x, (6,), "linear", align_mode=1, scale=(1.5,)),
+         {"scale_factor": 1.5, "mode": "linear", "align_mode": 1, "data_format": "NCW"}, id="linear-align-mode-1"),
+    case(ops.interpolate, (x_vol,), lambda x: np_interpolate(x, (6, 4, 1), "trilinear", scale=(2, 1, 0.5)),
+         {"scale_factor": (2, 1, 0.5), "mode": "trilinear", "data_format": "NCDHW"}, id="trilinear"),
     # norm
     case(ops.batch_norm, (x_img, rm, rv, gw, gb), lambda *a: bn_ref(*a, axis=1, training=False),
          diff=(0, 1, 2, 3, 4), tol=1e-4, id="infer"),
@@ -286,6 +360,11 @@ CASES = [
     case(ops.hard_swish, (2 * rand(2, 5),), lambda x: x * np.clip(x + 3, 0, 6) / 6),
     case(ops.softmax, (rand(2, 3, 4),), lambda x: np.exp(np_log_softmax(x, 1)), {"axis": 1}),
     case(ops.log_softmax, (rand(2, 5),), np_log_softmax),
+    case(ops.prelu, (x_img, rand(4)), lambda x, w: np.where(x > 0, x, w[:, None, None] * x), diff=(0, 1)),
+    case(ops.prelu, (x_img.transpose(0, 2, 3, 1), rand(4)), lambda x, w: np.where(x > 0, x, w * x),
+         {"data_format": "NHWC"}, diff=(0, 1), id="nhwc"),
+    case(ops.prelu, (rand(2, 5), rand(1)), lambda x, w: np.maximum(x, 0) + w * np.minimum(x, 0), diff=(0, 1),
+         id="shared"),
     # pool
     case(ops.pool2d, (x_img,), lambda x: np_pool(x, "max", (2, 2), (2, 2)), {"kernel_size": 2}),
     case(ops.pool2d, (x_img,), lambda x: np_pool(x, "avg", (3, 2), (2, 2), ((1, 1), (0, 0)), ceil=True),
@@ -310,6 +389,18 @@ CASES = [
          {"soft_label": True, "reduction": "sum"}, diff=(0, 1), batched=(0, 1), id="soft"),
     case(ops.cross_entropy, (rand(2, 3, 4), ints(3, 2, 4)),
          lambda x, y: np_cross_entropy(x.transpose(0, 2, 1), y), {"axis": 1}, batched=(0, 1), id="axis1"),
+    case(ops.cross_entropy, (logits, labels_ig, class_w), lambda x, y, w: np_weighted_nll(np_log_softmax(x), y, w),
+         diff=(0, 2), batched=(0, 1), id="weighted"),
+    case(ops.cross_entropy, (soft, labels, class_w), lambda p, y, w: np_weighted_nll(np.log(p), y, w, reduction="sum"),
+         {"use_softmax": False, "reduction": "sum"}, diff=(0, 2), batched=(0, 1), id="probabilities"),
+    case(ops.cross_entropy, (logits, soft, class_w),
+         lambda x, y, w: (-(y * np_log_softmax(x)).sum(-1) * (y @ w)).sum() / (y @ w).sum(),
+         {"soft_label": True}, diff=(0, 1, 2), batched=(0, 1), id="soft-weighted"),
+    case(ops.nll_loss, (nll_logp, nll_label, class_w),
+         lambda x, y, w: np_weighted_nll(x.transpose(0, 2, 1), y, w), diff=(0, 2), batched=(0, 1)),
+    case(ops.nll_loss, (nll_logp[..., 0], nll_label[..., 0]),
+         lambda x, y: np_weighted_nll(x, y, np.ones(5), reduction="none"), {"reduction": "none"}, batched=(0, 1),
+         id="none"),
     # random
     case(ops.dropout, (rand(4, 6), key), lambda x, k: np.where(jax.random.bernoulli(k, 0.7, x.shape), x / 0.7, 0),
          {"p": 0.3}),
