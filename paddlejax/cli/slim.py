@@ -1,6 +1,7 @@
 """Compress a saved program: ``paddlejax slim quantize`` (post-training int8 quantization).
 
     paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
+    paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
 
 ``--calib`` is a ``.npy`` file of calibration inputs (read without unpickling), cut into batches
 of ``--batch-size``. The command prints the per-layer error of the int8 program against the
@@ -11,23 +12,41 @@ from __future__ import annotations
 
 from paddlejax.cli.table import format_table
 
+QUANTIZE = """Post-training quantization of a saved program: int8 weights and activations, calibrated on
+--calib (--weight-bits 8), or int4 weights packed two to a byte with float activations
+(--weight-bits 4, weight-only: nothing to calibrate). Prints each layer's error against the
+float program on the first calibration batch, and the size of the weights before and after.
+
+    paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
+    paddlejax slim quantize out/model --calib calib.npy --algo min_max --asymmetric -o out/model.asym
+    paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
+"""
+# The observers that calibrate one scale (or range) per activation (paddlejax.slim.quant.OBSERVERS).
+ALGOS = ("hist", "KL", "mse", "avg", "abs_max", "moving_average_abs_max", "min_max")
+
 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="slim_command", required=True)
-    q = sub.add_parser("quantize", help="post-training int8 quantization of a saved program")
+    q = sub.add_parser("quantize", help="post-training int8 (or int4 weight-only) quantization of a saved program",
+                       description=QUANTIZE, formatter_class=p.formatter_class)
     q.add_argument("path", help="saved program")
-    q.add_argument("--calib", required=True, help=".npy file of calibration inputs, batch first")
-    q.add_argument("--algo", default="hist", help="hist, KL, mse, avg, abs_max, moving_average_abs_max "
-                                                  "(default hist)")
+    q.add_argument("--calib", required=True, help=".npy file of calibration inputs, batch first (with --weight-bits "
+                                                  "4, read only by --bias-correction and the error table)")
+    q.add_argument("--algo", default="hist", choices=ALGOS, metavar="ALGO",
+                   help=f"how activation scales are calibrated: {', '.join(ALGOS)} (default hist; min_max for "
+                        "--asymmetric)")
     q.add_argument("--batch-size", type=int, default=32, help="calibration batch size (default 32)")
     q.add_argument("--ops", default="conv2d:depthwise_conv2d:linear:matmul", help="op types to quantize")
     q.add_argument("--skip", default="", help="regular expression: weights whose names match stay float")
-    q.add_argument("--weight-bits", type=int, default=8, choices=(8, 4))
+    q.add_argument("--weight-bits", type=int, default=8, choices=(8, 4),
+                   help="8: int8 weights and activations (default); 4: int4 weights packed two to a byte, "
+                        "activations left float (weight-only, about 8x smaller weights)")
     q.add_argument("--asymmetric", action="store_true",
-                   help="quantize activations asymmetrically, with a zero point (needs --algo min_max)")
+                   help="quantize activations asymmetrically, with a zero point (needs --algo min_max and "
+                        "--weight-bits 8)")
     q.add_argument("--bias-correction", action="store_true",
                    help="add each layer's mean output shift from its int8 weights to its bias")
-    q.add_argument("-o", "--output", required=True, help="where to save the int8 program")
+    q.add_argument("-o", "--output", required=True, help="where to save the quantized program")
     q.add_argument("--report", help="write the per-layer errors as a PNG bar chart here")
 
 
@@ -50,20 +69,38 @@ def _calibration_batches(path: str, batch_size: int, program) -> list:
 
 
 def main(args) -> int:
+    import sys
+    import warnings
+
+    import numpy as np
+
     from paddlejax.io import load, save
     from paddlejax.slim.quant import LayerError, layer_errors, plot_layer_errors, quant_post
 
     program = load(args.path)
     batches = _calibration_batches(args.calib, args.batch_size, program)
-    int8 = quant_post(program, batches, algo=args.algo, ops=args.ops, skip=args.skip, weight_bits=args.weight_bits,
-                      act_symmetric=not args.asymmetric, bias_correction=args.bias_correction)
-    save(int8, args.output)
-    errors = layer_errors(program, int8, batches[0])
-    print(f"{program.name}: {len(errors)} layers quantized ({args.algo}, {sum(len(b) for b in batches)} "
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantized = quant_post(program, batches, algo=args.algo, ops=args.ops, skip=args.skip,
+                               weight_bits=args.weight_bits, act_symmetric=not args.asymmetric,
+                               bias_correction=args.bias_correction)
+    for w in caught:
+        print(f"paddlejax slim: warning: {w.message}", file=sys.stderr)
+    save(quantized, args.output)
+    errors = layer_errors(program, quantized, batches[0])
+    how = "int4 weight-only" if args.weight_bits == 4 else args.algo
+    print(f"{program.name}: {len(errors)} layers quantized ({how}, {sum(len(b) for b in batches)} "
           f"calibration samples); error on the first batch:")
     print(format_table([LayerError.HEADER, *(e.row() for e in errors)], right_from=3))
+    before, after = (sum(np.asarray(a).nbytes for a in p.used_params().values()) for p in (program, quantized))
+    print(f"weights: {_size(before)} -> {_size(after)} ({before / max(after, 1):.1f}x smaller)")
     print(f"saved {args.output}")
     if args.report:
-        plot_layer_errors(errors, args.report, title=f"{program.name}: int8 ({args.algo}) vs fp32")
+        title = f"{program.name}: {'int4 weights' if args.weight_bits == 4 else f'int8 ({args.algo})'} vs fp32"
+        plot_layer_errors(errors, args.report, title=title)
         print(f"wrote {args.report}")
     return 0
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"

@@ -67,3 +67,68 @@ def test_asymmetric_activations_from_the_command_line(mlp, capsys):
     assert [op.type for op in int8.walk() if op.type.startswith("quantize")] == ["quantize_asym", "quantized_linear"] * 2
     x = np.load(tmp / "calib.npy")[:5]
     assert np.abs(np.asarray(int8(x)) - np.asarray(prog(x))).max() < 0.05 * np.abs(np.asarray(prog(x))).max()
+
+
+@pytest.fixture
+def cnn(tmp_path):
+    """A saved conv (padded) -> relu -> linear program big enough for its weights to outweigh the file headers."""
+    rng = np.random.default_rng(0)
+    params = {"conv.w": rng.normal(size=(16, 8, 3, 3)).astype(np.float32),
+              "fc.w": rng.normal(size=(16 * 4 * 4, 32)).astype(np.float32)}
+
+    def net(p, x):
+        h = pj.ops.relu(pj.ops.conv2d(x, p["conv.w"], padding=1))
+        return pj.ops.linear(pj.ops.reshape(h, shape=(0, -1)), p["fc.w"])
+
+    prog = pj.trace(net, pj.InputSpec((None, 8, 4, 4)), params=params)
+    pj.save(prog, tmp_path / "cnn")
+    np.save(tmp_path / "calib.npy", rng.normal(size=(16, 8, 4, 4)).astype(np.float32))
+    return prog, tmp_path
+
+
+def test_int4_weights_are_packed_and_the_saved_file_is_about_eight_times_smaller(cnn, capsys):
+    prog, tmp = cnn
+    args = ["slim", "quantize", str(tmp / "cnn"), "--calib", str(tmp / "calib.npy"), "--weight-bits", "4",
+            "-o", str(tmp / "int4")]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert lines[0] == "net: 2 layers quantized (int4 weight-only, 16 calibration samples); error on the first batch:"
+    assert [line.split()[:2] for line in lines[2:4]] == [["conv.w", "weight_only_conv2d"],
+                                                         ["fc.w", "weight_only_linear"]]
+    assert lines[4] == "weights: 36.5 KiB -> 4.8 KiB (7.7x smaller)"  # 4-bit values and a float32 scale per channel
+    assert "warning" not in out.err
+    int4 = pj.load(tmp / "int4")
+    assert {k: (v.dtype.name, v.shape) for k, v in int4.params.items() if k.endswith(".int4")} == {
+        "conv.w.int4": ("uint8", (8, 8, 3, 3)), "fc.w.int4": ("uint8", (128, 32))}  # two weights per byte
+    ratio = (tmp / "cnn.safetensors").stat().st_size / (tmp / "int4.safetensors").stat().st_size
+    assert ratio > 7
+    x = np.load(tmp / "calib.npy")[:4]
+    want = np.asarray(prog(x))
+    assert np.abs(np.asarray(int4(x)) - want).max() < 0.2 * np.abs(want).max()
+
+
+def test_asymmetric_activations_quantize_padded_convolutions_too(cnn, capsys):
+    prog, tmp = cnn
+    args = ["slim", "quantize", str(tmp / "cnn"), "--calib", str(tmp / "calib.npy"), "--algo", "min_max",
+            "--asymmetric", "-o", str(tmp / "asym")]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("net: 2 layers quantized (min_max,") and "warning" not in out.err
+    asym = pj.load(tmp / "asym")
+    assert [op.type for op in asym.walk() if op.type.startswith(("quantize", "pad"))] == [
+        "quantize_asym", "pad", "quantized_conv2d", "quantize_asym", "quantized_linear"]
+    x = np.load(tmp / "calib.npy")[:4]
+    want = np.asarray(prog(x))
+    assert np.abs(np.asarray(asym(x)) - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_quantize_help_describes_the_command_and_every_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["slim", "quantize", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Post-training quantization of a saved program: int8 weights and activations" in text
+    assert "--weight-bits {8,4} 8: int8 weights and activations (default); 4: int4 weights packed" in text
+    assert "moving_average_abs_max, min_max (default hist; min_max for --asymmetric)" in text
+    assert set(pj.slim.quant.OBSERVERS) - {"channel_wise_abs_max"} == set(text.split("calibrated: ")[1]
+                                                                           .split(" (default")[0].split(", "))
