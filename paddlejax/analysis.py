@@ -1,6 +1,8 @@
-"""Static estimates over a program: FLOPs per op (memory: :mod:`paddlejax.passes.memory`).
+"""Static estimates over a program: FLOPs per op (memory: :mod:`paddlejax.passes.memory`),
+and its parameters counted as trainable weights or buffers.
 
-Symbolic sizes are given concrete values (``sizes={"b": 32}``; every unnamed symbol is 1).
+Symbolic sizes are given concrete values (``sizes={"b": 32}``; every unnamed symbol is 1);
+:func:`check_sizes` checks values that come from a user.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x, w: x @ w, pj.InputSpec((None, 4)), jnp.ones((4, 8)))
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 
 from paddlejax.ir.attrs import dim_symbols, eval_dim, resolve
 from paddlejax.ir.core import Op, Program, TensorType
@@ -27,6 +30,39 @@ def size_env(program: Program, sizes: dict | None) -> dict:
     env = {s: 1 for v in program.inputs for d in v.type.shape if isinstance(d, str) for s in dim_symbols(d)}
     env.update(sizes or {})
     return env
+
+
+# XLA counts the bytes of a buffer in a signed 64-bit integer
+MAX_BUFFER_BYTES = 2 ** 63 - 1
+
+
+def check_sizes(program: Program, sizes: dict) -> dict:
+    """``sizes`` if each names a symbolic size of ``program`` and is a positive int with which
+    every tensor of the program stays addressable (:data:`MAX_BUFFER_BYTES`); else one error.
+
+    >>> import paddlejax as pj
+    >>> prog = pj.trace(lambda x: x * 2.0, pj.InputSpec((None, 3)))
+    >>> check_sizes(prog, {"b": 32})
+    {'b': 32}
+    >>> check_sizes(prog, {"n": 32})
+    Traceback (most recent call last):
+    ValueError: size 'n' is not a symbolic size of <lambda>; its sizes: b
+    """
+    known = sorted(size_env(program, {}))
+    for name, value in sizes.items():
+        if name not in known:
+            raise ValueError(f"size '{name}' is not a symbolic size of {program.name}; "
+                             f"its sizes: {', '.join(known) or 'none (all sizes are static)'}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"size '{name}' must be a positive int, got {value!r}")
+    env = size_env(program, sizes)
+    for v in [*program.inputs, *(r for op in program.walk() for r in op.results)]:
+        nbytes = math.prod(concrete_shape(v.type, env)) * np.dtype(v.type.dtype).itemsize
+        if nbytes > MAX_BUFFER_BYTES:
+            shown = ", ".join(f"{k}={n}" for k, n in sizes.items())
+            raise ValueError(f"sizes {shown} make a {v.type} tensor of {nbytes:.3g} bytes, more than XLA "
+                             f"addresses ({MAX_BUFFER_BYTES:.3g}); give smaller sizes")
+    return sizes
 
 
 def concrete_shape(t: TensorType, env: dict) -> tuple[int, ...]:
@@ -73,3 +109,24 @@ def flops(program: Program, sizes: dict | None = None) -> int:
     """Total FLOPs of one call of the program."""
     env = size_env(program, sizes)
     return sum(op_flops(op, env) for op in program.body.ops)
+
+
+def buffer_params(program: Program) -> set[str]:
+    """Names of the parameters that are buffers, not trained weights: those the program reads
+    only through op inputs the op library declares ``state`` (batch norm's running mean and
+    variance). The other parameters are trainable.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> def f(p, x):
+    ...     return pj.ops.batch_norm(x, p["mean"], p["var"], p["scale"])[0]
+    >>> prog = pj.trace(f, jnp.ones((2, 3)), params={"mean": jnp.zeros(3), "var": jnp.ones(3), "scale": jnp.ones(3)})
+    >>> sorted(buffer_params(prog))
+    ['mean', 'var']
+    """
+    def state_input(op, index) -> bool:
+        opdef = registry.lookup(op.type)
+        return (opdef is not None and not (opdef.inputs and opdef.inputs[-1].variadic)
+                and index < len(opdef.inputs) and opdef.inputs[index].state)
+
+    return {op.attrs["name"] for op in program.param_ops()
+            if op.result.uses and all(state_input(user, i) for user, i in op.result.uses)}

@@ -29,6 +29,18 @@ class PassError(RuntimeError):
     """A pass failed or left the program invalid; the message names the pass."""
 
 
+class UnknownPassError(KeyError):
+    """A pipeline names no registered pass; prints its message as is (a KeyError's str() is
+    the repr of its message, quotes included).
+
+    >>> str(UnknownPassError("unknown pass 'dcee'; did you mean dce?"))
+    "unknown pass 'dcee'; did you mean dce?"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _split_top(text: str, sep: str) -> list[str]:
     parts, depth, cur = [], 0, []
     for ch in text:
@@ -132,11 +144,14 @@ def parse_pipeline(text: str) -> list[Pass]:
                 raise ValueError(f"pipeline '{name}' takes no options: {item!r}")
             passes.extend(parse_pipeline(_PIPELINES[name]()))
             continue
+        try:
+            cls = pass_class(name)
+        except KeyError as e:
+            raise UnknownPassError(e.args[0]) from None
         options = {}
         if rest:
             if not rest.endswith("}"):
                 raise ValueError(f"bad options for pass '{name}': {item!r}")
-            cls = pass_class(name)
             for pair in _split_top(rest[:-1].replace(" ", ","), ","):
                 key, eq, raw = pair.partition("=")
                 if not eq:

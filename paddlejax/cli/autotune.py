@@ -11,6 +11,7 @@ the choices recorded as ``kernel`` annotations.
 """
 from __future__ import annotations
 
+from paddlejax.cli.common import parse_sizes, program_path
 from paddlejax.cli.table import format_table
 
 
@@ -39,8 +40,11 @@ def main(args) -> int:
     from paddlejax.passes import PassContext
     from paddlejax.passes.autotune import Autotune, decision_table, default_cache_path, device_kind
 
+    if args.output:
+        program_path(args.output)
     program = load(args.path)
-    tune = Autotune(sizes=":".join(args.size), repeats=args.repeats, workspace_mb=args.workspace_mb,
+    sizes = parse_sizes(program, args.size)
+    tune = Autotune(sizes=":".join(f"{k}={v}" for k, v in sizes.items()), repeats=args.repeats, workspace_mb=args.workspace_mb,
                     reduced_precision=args.reduced_precision, check=not args.no_check, layout=args.layout,
                     frozen=args.frozen, cache=args.cache)
     ctx = PassContext()

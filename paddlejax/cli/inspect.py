@@ -1,9 +1,14 @@
-"""Show a saved program: its IR, parameter count, FLOPs and estimated memory.
+"""Show a saved program: its IR, parameter counts, FLOPs and estimated memory.
 
-``--memory`` adds the live-bytes timeline (peak, where, largest live tensors there), the
+    paddlejax inspect out/model --size b=32 --memory
+
+Parameters are counted apart from buffers: parameters the ops read only as state (batch norm's
+running mean and variance), which training does not update by gradients. ``--memory`` adds the live-bytes timeline (peak, where, largest live tensors there), the
 in-place reuse plan and XLA's own figures; ``--plot out.png`` draws live bytes per op.
 """
 from __future__ import annotations
+
+from paddlejax.cli.common import parse_sizes
 
 
 def add_arguments(p) -> None:
@@ -17,16 +22,6 @@ def add_arguments(p) -> None:
     p.add_argument("--plot", metavar="PNG", help="with --memory: plot live bytes per op to this file")
 
 
-def parse_sizes(items) -> dict[str, int]:
-    sizes = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not value.isdigit():
-            raise ValueError(f"--size expects NAME=N, got {item!r}")
-        sizes[name] = int(value)
-    return sizes
-
-
 def _human(n: float, unit: str) -> str:
     for prefix in ("", "K", "M", "G", "T"):
         if abs(n) < 1000:
@@ -35,13 +30,21 @@ def _human(n: float, unit: str) -> str:
     return f"{n:.3g} P{unit}"
 
 
+def _count(params: dict, names) -> tuple[int, int]:
+    """Elements and bytes of the parameters ``names``."""
+    import numpy as np
+
+    sizes = [(int(np.size(params[n])), np.dtype(params[n].dtype).itemsize) for n in names]
+    return sum(n for n, _ in sizes), sum(n * itemsize for n, itemsize in sizes)
+
+
 def main(args) -> int:
     from paddlejax import analysis
     from paddlejax.io import load
     from paddlejax.passes import memory
 
     prog = load(args.path)
-    sizes = parse_sizes(args.size)
+    sizes = parse_sizes(prog, args.size)
     if args.plot and not args.memory:
         raise ValueError("--plot needs --memory")
     if not args.no_ir:
@@ -53,7 +56,11 @@ def main(args) -> int:
     total = live.param_bytes + live.constant_bytes + live.peak_bytes
     print(f"program      {prog.name}")
     print(f"ops          {n_ops}")
-    print(f"parameters   {prog.num_params():,} ({_human(live.param_bytes, 'B')})")
+    params, buffers = prog.used_params(), analysis.buffer_params(prog)
+    count, nbytes = _count(params, params.keys() - buffers)
+    print(f"parameters   {count:,} trainable ({_human(nbytes, 'B')})")
+    count, nbytes = _count(params, buffers)
+    print(f"buffers      {count:,} ({_human(nbytes, 'B')}; running statistics, not trained)")
     print(f"FLOPs        {_human(analysis.flops(prog, sizes), 'FLOP')} per call ({shown})")
     print(f"activations  {_human(live.peak_bytes, 'B')} peak live (estimate, {shown})")
     print(f"memory       {_human(total, 'B')} estimated total")

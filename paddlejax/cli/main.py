@@ -9,16 +9,18 @@ import argparse
 import sys
 
 from paddlejax.cli import autotune, bench, demo, export, inspect, launch, opt, run, slim
+from paddlejax.cli.common import HelpFormatter
 
 COMMANDS = {"inspect": inspect, "opt": opt, "run": run, "bench": bench, "autotune": autotune, "slim": slim,
             "export": export, "demo": demo, "launch": launch}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paddlejax", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="paddlejax", description=__doc__, formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in COMMANDS.items():
-        p = sub.add_parser(name, help=module.__doc__.splitlines()[0], description=module.__doc__)
+        p = sub.add_parser(name, help=module.__doc__.splitlines()[0], description=module.__doc__,
+                           formatter_class=HelpFormatter)
         module.add_arguments(p)
     return parser
 
@@ -31,7 +33,12 @@ def main(argv=None) -> int:
     try:
         return COMMANDS[args.command].main(args) or 0
     except (ProgramFormatError, PassError, ValueError, KeyError, OSError) as e:
-        print(f"paddlejax {args.command}: error: {e}", file=sys.stderr)
+        # a KeyError's str() is the repr of its message, quotes included
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"paddlejax {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"paddlejax {args.command}: error: out of memory{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 2
 
 

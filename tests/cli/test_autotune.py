@@ -74,6 +74,10 @@ def test_fixed_layout_without_the_whole_program_check(saved_cnn, tmp_path, capsy
     assert lines[-1] == "tuned 2, cached 0, annotated 2, plans 1, plans_cached 0"
 
 
-def test_bad_size_is_reported(saved_cnn, tmp_path, capsys):
-    assert main(["autotune", str(saved_cnn[1]), "--size", "b", "--cache", str(tmp_path / "c.json")]) == 2
-    assert "paddlejax autotune: error: sizes expects NAME=N items" in capsys.readouterr().err
+@pytest.mark.parametrize("size, message", [
+    ("b", "--size expects NAME=N, got 'b'"),
+    ("zz=3", "size 'zz' is not a symbolic size of"),
+])
+def test_bad_size_is_reported(saved_cnn, tmp_path, capsys, size, message):
+    assert main(["autotune", str(saved_cnn[1]), "--size", size, "--cache", str(tmp_path / "c.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"paddlejax autotune: error: {message}")

@@ -2,9 +2,10 @@
 import json
 
 import numpy as np
+import pytest
 
 import paddlejax as pj
-from paddlejax.cli.main import main
+from paddlejax.cli.main import COMMANDS, main
 
 
 def test_inspect_prints_ir_parameters_flops_and_memory(saved, capsys):
@@ -12,7 +13,7 @@ def test_inspect_prints_ir_parameters_flops_and_memory(saved, capsys):
     assert main(["inspect", str(path), "--size", "b=32"]) == 0
     out = capsys.readouterr().out
     assert "program @f(%x: f32[b,4]) -> (f32[b,8])" in out
-    assert "parameters   40 (160 B)" in out
+    assert "parameters   40 trainable (160 B)\nbuffers      0 (0 B; running statistics, not trained)" in out
     # linear 2*32*4*8 (multiply-adds), then mul and relu one per element
     assert f"FLOPs        {(2 * 32 * 4 * 8 + 2 * 32 * 8) / 1000:.3g} KFLOP per call (b=32)" in out
     assert "activations" in out and "memory" in out
@@ -60,7 +61,94 @@ def test_run_refuses_pickled_npy(saved, tmp_path, capsys):
     _, path = saved
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     assert main(["run", str(path), "--input", str(tmp_path / "obj.npy")]) == 2
-    assert "allow_pickle" in capsys.readouterr().err
+    assert one_line_error(capsys) == (f"paddlejax run: error: {tmp_path / 'obj.npy'}: holds Python objects (object), "
+                                      f"which would need unpickling; save a numeric array")
+
+
+def one_line_error(capsys) -> str:
+    """The command's error message, checked to be one line with nothing on stdout."""
+    out, err = capsys.readouterr()
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    return err.rstrip("\n")
+
+
+def test_run_casts_float64_inputs_and_names_an_input_of_another_dtype(saved, tmp_path, capsys):
+    prog, path = saved
+    x = np.arange(8.0).reshape(2, 4)  # NumPy's float64: cast to the program's float32
+    np.save(tmp_path / "x64.npy", x)
+    assert main(["run", str(path), "--input", str(tmp_path / "x64.npy"), "--output", str(tmp_path / "y.npz")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["output0"], prog(x.astype(np.float32)))
+    capsys.readouterr()
+    np.save(tmp_path / "s.npy", np.full((2, 4), "a"))
+    assert main(["run", str(path), "--input", str(tmp_path / "s.npy")]) == 2
+    assert one_line_error(capsys) == "paddlejax run: error: f: input 'x' expects f32[b,4], got str32[2,4]"
+
+
+def test_run_refuses_an_npy_whose_header_claims_more_data_than_the_file_holds(saved, tmp_path, capsys):
+    _, path = saved
+    with open(tmp_path / "big.npy", "wb") as f:  # 256 TiB declared, none present
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (1 << 45, 2)})
+    assert main(["run", str(path), "--input", str(tmp_path / "big.npy")]) == 2
+    assert one_line_error(capsys).endswith("big.npy: its header declares float32[35184372088832, 2] "
+                                           "(281,474,976,710,656 bytes) but 0 bytes of data follow it; "
+                                           "the file is damaged or not written by NumPy")
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 4), np.float32))
+    assert main(["run", str(path), "--input", str(tmp_path / "in.npz")]) == 0
+
+
+@pytest.mark.parametrize("output, message", [
+    ("adir", "--output {d}/adir must end in .npy or .npz"),
+    ("sub/", "--output {d}/sub/ names a directory; give a file name"),
+])
+def test_run_output_must_be_a_npy_or_npz_file(saved, tmp_path, capsys, output, message):
+    _, path = saved
+    np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", f"{tmp_path}/{output}"]) == 2
+    assert one_line_error(capsys) == "paddlejax run: error: " + message.format(d=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.safetensors", "x.npy"]
+
+
+@pytest.mark.parametrize("command", ["opt", "autotune"])
+def test_saving_a_program_to_a_directory_is_refused(saved, tmp_path, capsys, command):
+    _, path = saved
+    (tmp_path / "adir").mkdir()
+    extra = ["--passes", "dce"] if command == "opt" else []
+    for target in (f"{tmp_path}/adir/", f"{tmp_path}/adir", f"{tmp_path}/adir/.json"):
+        assert main([command, str(path), *extra, "-o", target]) == 2
+        stem = target.removesuffix(".json").rstrip("/")
+        assert one_line_error(capsys) == (f"paddlejax {command}: error: -o {target} names a directory; give the "
+                                          f"program's path inside it, e.g. {stem}/model")
+    assert list((tmp_path / "adir").iterdir()) == []
+
+
+@pytest.mark.parametrize("size, message", [
+    ("zz=3", "size 'zz' is not a symbolic size of f; its sizes: b"),
+    ("b=" + "9" * 40, "sizes b=" + "9" * 40 + " make a f32[b,4] tensor of 1.6e+41 bytes, more than XLA addresses "
+                      "(9.22e+18); give smaller sizes"),
+    ("b=0", "size 'b' must be a positive int, got 0"),
+    ("b", "--size expects NAME=N, got 'b'"),
+])
+def test_inspect_checks_sizes_against_the_program(saved, capsys, size, message):
+    _, path = saved
+    assert main(["inspect", str(path), "--no-ir", "--memory", "--size", size]) == 2
+    assert one_line_error(capsys) == "paddlejax inspect: error: " + message
+
+
+def test_inspect_counts_batch_norm_statistics_as_buffers_apart_from_parameters(tmp_path, capsys):
+    pj.nn.seed(0)
+    model = pj.nn.Sequential(pj.nn.Conv2D(1, 4, 3), pj.nn.BatchNorm2D(4))
+    model.eval()
+    pj.save(pj.to_static(model, pj.InputSpec((None, 1, 5, 5))), tmp_path / "bn")
+    assert main(["inspect", str(tmp_path / "bn"), "--no-ir"]) == 0
+    out = capsys.readouterr().out
+    # conv weight 4*1*3*3 and bias 4, BN scale and shift 4 + 4; BN running mean and variance 4 + 4
+    assert "parameters   48 trainable (192 B)\nbuffers      8 (32 B; running statistics, not trained)" in out
+
+
+def test_unknown_pass_error_has_no_stray_quote(saved, tmp_path, capsys):
+    _, path = saved
+    assert main(["opt", str(path), "--passes", "dcee", "-o", str(tmp_path / "o")]) == 2
+    assert one_line_error(capsys) == "paddlejax opt: error: unknown pass 'dcee'; did you mean dce?"
 
 
 def test_export_writes_an_artifact(saved, tmp_path, capsys):
@@ -68,6 +156,47 @@ def test_export_writes_an_artifact(saved, tmp_path, capsys):
     assert main(["export", str(path), "-o", str(tmp_path / "m.stablehlo")]) == 0
     assert (tmp_path / "m.stablehlo").stat().st_size > 0
     assert "exported f(float32[b,4]) for cpu" in capsys.readouterr().out
+
+
+def test_export_names_a_static_batch(tmp_path, capsys):
+    pj.save(pj.trace(lambda x: x * 2.0, pj.InputSpec((3, 4))), tmp_path / "static")
+    assert main(["export", str(tmp_path / "static"), "-o", str(tmp_path / "s.stablehlo"), "--batch", "n"]) == 0
+    assert "exported <lambda>(float32[n,4]) for cpu" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "1x"], "--batch expects the name of a symbolic size (an identifier such as b), got '1x'"),
+    (["--batch", "n"], "--batch n: f's inputs already lead with symbolic sizes (b); --batch only names a static "
+                       "batch size made symbolic"),
+    (["--batch", "n", "--static"], "--batch names a symbolic batch size; --static keeps the traced sizes: give one "
+                                   "of them"),
+])
+def test_export_refuses_a_batch_name_it_cannot_use(saved, tmp_path, capsys, args, message):
+    _, path = saved
+    assert main(["export", str(path), "-o", str(tmp_path / "m.stablehlo"), *args]) == 2
+    assert one_line_error(capsys) == "paddlejax export: error: " + message
+    assert not (tmp_path / "m.stablehlo").exists()
+
+
+def test_export_refuses_an_unknown_platform(saved, tmp_path, capsys):
+    _, path = saved
+    with pytest.raises(SystemExit) as exit:
+        main(["export", str(path), "-o", str(tmp_path / "m.stablehlo"), "--platform", "bogus"])
+    assert exit.value.code == 2
+    assert "argument --platform: invalid choice: 'bogus' (choose from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["bench", "autotune", "slim", "launch", "opt", "run", "inspect", "export"])
+def test_help_keeps_example_lines_apart_from_the_prose(capsys, command):
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    examples = [line for line in COMMANDS[command].__doc__.splitlines() if line.startswith("    paddlejax ")]
+    assert examples and all(line in lines for line in examples)
+    # the prose before the examples is rewrapped, not run into them
+    first = lines.index(examples[0])
+    assert lines[first - 1] == "" and lines[first + len(examples)] == ""
 
 
 def test_bad_file_gives_a_one_line_error(saved, capsys):
@@ -91,3 +220,11 @@ def test_demo_trains_saves_plots_and_exports(tmp_path, capsys):
     assert any((tmp_path / "checkpoints").iterdir()) and any((tmp_path / "logs").iterdir())
 
 
+
+
+def test_the_shared_helpers_examples_run():
+    import doctest
+
+    from paddlejax.cli import common
+
+    assert doctest.testmod(common).failed == 0

@@ -27,6 +27,12 @@ def test_bad_pipelines_are_explained(text, message):
         parse_pipeline(text)
 
 
+def test_unknown_pass_message_prints_without_quotes():
+    with pytest.raises(KeyError) as error:
+        parse_pipeline("dce,dcee{x=1}")
+    assert str(error.value) == "unknown pass 'dcee'; did you mean dce?"
+
+
 def test_run_reports_per_pass_statistics_and_keeps_the_input():
     prog = pj.trace(lambda x: (x * 1.0) + (x * 1.0), jnp.ones(3))
     before = str(prog)
