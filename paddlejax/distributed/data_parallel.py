@@ -19,8 +19,10 @@ all-reduce runs on the ``k``-th micro-step only (inside a ``lax.cond``); at stag
 micro-step reduce-scatters and only the slice is accumulated, keeping the gradient memory sharded.
 
 Elementwise optax transformations (sgd, momentum, adam, weight decay) are exact on slices;
-transformations that look across the whole gradient are not: use :meth:`DataParallel.clip_by_global_norm`
-(it sums the squared norm over the slices) rather than ``optax.clip_by_global_norm``.
+transformations that look across the whole gradient are not, and ZeRO refuses them (:meth:`init`
+probes the optimizer once): clip with :meth:`DataParallel.clip_by_global_norm` (it sums the
+squared norm over the slices; the Trainer's ``grad_clip`` uses it) rather than
+``optax.clip_by_global_norm``.
 
 >>> import jax, jax.numpy as jnp, optax
 >>> from paddlejax.distributed import DataParallel, Strategy
@@ -115,12 +117,39 @@ class DataParallel:
         if self.stage == 0:
             state = {"params": params, "opt": tx.init(params)}
         else:
+            self._check_elementwise(tx)
             flat = self.layout.shard(params)
             state = {"params": flat if self.stage == 3 else params, "opt": tx.init(flat)}
         state["merge"] = self._merge_buffer(params) if self.k_steps > 1 else {}
         # fresh buffers: steps donate the state, which must not free the caller's arrays
         state = jax.tree.map(lambda x: jnp.array(x, copy=True), state)
         return jax.device_put(state, jax.tree.map(self.sharding, self.specs(state)))
+
+    def _check_elementwise(self, tx: optax.GradientTransformation) -> None:
+        """Raise ``ValueError`` unless ``tx`` updates each device's slice of a vector as it updates
+        the whole vector (ZeRO runs it on slices). Probed on a small vector inside ``shard_map``,
+        so that a transformation that sums over the devices (:meth:`clip_by_global_norm`) passes:
+        the whole vector's update is device 0's, the other devices updating zeros."""
+        rng = np.random.default_rng(0)
+        n, dtype = self.size, self.layout.dtype
+        grads, params = (jnp.asarray(rng.normal(size=4 * n) * scale, dtype) for scale in (1e6, 1.0))
+        rows = lambda v: jnp.zeros((n, v.size), dtype).at[0].set(v)  # noqa: E731
+
+        def update(g, p):
+            return tx.update(g, tx.init(p), p)[0]
+
+        def error(g, p, g_rows, p_rows):
+            sliced = lax.all_gather(update(g, p), self.axes, tiled=True)
+            whole = lax.psum(jnp.where(lax.axis_index(self.axes) == 0, update(g_rows[0], p_rows[0]), 0), self.axes)
+            return lax.pmax(jnp.max(jnp.abs(sliced - whole) / (jnp.abs(whole) + 1e-30)), self.axes)
+
+        spec = P(self.axes)
+        probe = jax.jit(jax.shard_map(error, mesh=self.mesh, in_specs=(spec,) * 4, out_specs=P()))
+        if float(probe(grads, params, rows(grads), rows(params))) > 1e-4:
+            raise ValueError(f"DataParallel: ZeRO stage {self.stage} runs the optimizer on each device's slice of "
+                             "the parameters, and this optimizer does not act element by element (a clip by the "
+                             "global norm in the chain would clip each slice by its own norm); clip with "
+                             "Trainer(grad_clip=...) or DataParallel.clip_by_global_norm instead")
 
     def specs(self, state: dict) -> dict:
         """``PartitionSpec``s of :meth:`init`'s state: sliced leaves are those of the sharded

@@ -187,6 +187,19 @@ def test_clip_by_global_norm_is_exact_on_zero_slices():
                     single_device(optax.chain(optax.clip_by_global_norm(0.05), optax.sgd(0.1))))
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_refuses_an_optimizer_that_clips_by_the_norm_of_its_slice(stage):
+    """ZeRO updates each device's slice: a clip by the global norm inside the optimizer would
+    clip every slice by its own norm, so it is refused and the exact clips are named."""
+    clipped = optax.chain(optax.clip_by_global_norm(0.05), optax.sgd(0.5))
+    with pytest.raises(ValueError, match=rf"ZeRO stage {stage} .* Trainer\(grad_clip=...\) or "
+                                         r"DataParallel.clip_by_global_norm"):
+        DataParallel(Strategy(sharding={"stage": stage})).init(PARAMS, clipped)
+    DataParallel(Strategy()).init(PARAMS, clipped)  # without ZeRO the update sees whole gradients
+    with pytest.raises(ValueError, match="grad_clip"):
+        trained(Strategy(sharding={"stage": stage}), clipped, steps=1)
+
+
 def test_a_batch_the_devices_cannot_share_is_refused():
     dp = DataParallel()
     with pytest.raises(ValueError, match="batch size 12 is not divisible by the data-parallel size 8"):
