@@ -154,6 +154,9 @@ class Strategy:
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
             raise ValueError(f"Strategy.fuse_grad_size_in_MB: expected a number > 0, got {size!r}")
         _int("Strategy", "hierarchical_allreduce_inter_nranks", self.hierarchical_allreduce_inter_nranks, 1)
+        if self.hierarchical_allreduce_inter_nranks > 1 and not self.hierarchical_allreduce:
+            raise ValueError(f"Strategy.hierarchical_allreduce_inter_nranks: {self.hierarchical_allreduce_inter_nranks} "
+                             "has no effect without hierarchical_allreduce=True; set that too, or leave it at 1")
         _optional_int("Strategy", "dp_degree", self.dp_degree)
         _optional_int("Strategy", "pp_degree", self.pp_degree)
         for name, cls in (("gradient_merge", GradientMerge), ("sharding", Sharding), ("pipeline", Pipeline)):
@@ -170,3 +173,17 @@ class Strategy:
     def replace(self, **changes) -> Strategy:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
+
+
+def as_strategy(value, owner: str) -> Strategy:
+    """``value`` as a :class:`Strategy`: itself, or a dict of its fields; anything else is
+    refused in the name of ``owner`` (the class or function that took it as ``strategy``).
+
+    >>> as_strategy({"sharding": {"stage": 1}}, "Trainer").sharding.stage
+    1
+    >>> as_strategy(1, "Trainer")
+    Traceback (most recent call last):
+    ...
+    ValueError: Trainer.strategy: expected a Strategy or a dict, got int
+    """
+    return _nested(owner, "strategy", value, Strategy)

@@ -218,8 +218,8 @@ class Trainer:
             training and inference programs, before ``amp``; state the passes add (e.g.
             quantization scales) is trained and checkpointed with the model's, and
             :meth:`inference_program` keeps it.
-        strategy: a :class:`paddlejax.distributed.Strategy` (or an optimizer from
-            ``fleet.distributed_optimizer``, which carries one): the step runs data parallel over
+        strategy: a :class:`paddlejax.distributed.Strategy`, a dict of its fields, or an optimizer
+            from ``fleet.distributed_optimizer``, which carries one: the step runs data parallel over
             every device (the batch split over them, gradients averaged; ZeRO sharding, fused or
             hierarchical all-reduce, gradient merge, amp and recompute as the strategy says); loss
             and metrics are those of the whole batch. Batch norm takes the statistics of each
@@ -253,6 +253,9 @@ class Trainer:
         strategy = strategy if strategy is not None else getattr(optimizer, "strategy", None)
         optimizer = getattr(optimizer, "inner", optimizer)
         if strategy is not None:
+            from paddlejax.distributed import as_strategy
+
+            strategy = as_strategy(strategy, "Trainer")
             amp, accumulate, merge_avg = self._from_strategy(strategy, amp, accumulate)
         else:
             merge_avg = True

@@ -26,6 +26,8 @@ def test_nested_options_accept_dicts_and_stay_frozen():
     ({"fuse_all_reduce": 1}, "Strategy.fuse_all_reduce"),
     ({"dp_degree": 0}, "Strategy.dp_degree"),
     ({"hierarchical_allreduce_inter_nranks": 0}, "Strategy.hierarchical_allreduce_inter_nranks"),
+    ({"hierarchical_allreduce_inter_nranks": 2},
+     r"hierarchical_allreduce_inter_nranks: 2 has no effect without hierarchical_allreduce=True"),
     ({"sharding": {"stage": 4}}, "Sharding.stage"),
     ({"sharding": {"level": 1}}, "Strategy.sharding: unknown option"),
     ({"gradient_merge": GradientMerge(k_steps=2), "pipeline": {"schedule": "zb"}}, "Pipeline.schedule"),
@@ -35,6 +37,21 @@ def test_nested_options_accept_dicts_and_stay_frozen():
 def test_bad_fields_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Strategy(**kwargs)
+
+
+def test_the_trainer_takes_a_strategy_as_a_dict_of_its_fields():
+    import optax
+    from flax import nnx
+
+    import paddlejax as pj
+
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    trainer = pj.Trainer(model, optax.sgd(0.1), strategy={"sharding": {"stage": 1}})
+    assert trainer.strategy == Strategy(sharding=Sharding(stage=1)) and trainer.dp.stage == 1
+    with pytest.raises(ValueError, match="Trainer.strategy: unknown option.s. stage; known: amp"):
+        pj.Trainer(model, optax.sgd(0.1), strategy={"stage": 1})
+    with pytest.raises(ValueError, match="Trainer.strategy: expected a Strategy or a dict, got str"):
+        pj.Trainer(model, optax.sgd(0.1), strategy="dp")
 
 
 def test_pipeline_and_hierarchical_meshes():
