@@ -425,3 +425,18 @@ def test_json_is_parsed_strictly(saved, text, message):
     path.with_suffix(".json").write_text(text)
     with pytest.raises(ProgramFormatError, match=message):
         pj.load(path)
+
+
+def test_a_scan_without_its_unroll_is_refused(saved):
+    _, path = saved
+    edit(path, lambda d: _op(d, "scan")["attrs"].pop("unroll"))  # once loaded, then failed to run
+    with pytest.raises(ProgramFormatError, match="scan unroll must be true, false or an int >= 1, not None"):
+        pj.load(path)
+
+
+def test_a_symbolic_size_must_name_an_input_symbol(tmp_path):
+    prog = pj.trace(lambda x: jax.lax.fori_loop(0, 3, lambda i, v: v * 2, x), pj.InputSpec((None, 2)))
+    pj.save(prog, tmp_path / "m")
+    edit(tmp_path / "m", lambda d: _op(d, "scan")["attrs"].update(length={"dim": "unknown"}))
+    with pytest.raises(ProgramFormatError, match="unknown dimension symbol 'unknown'"):
+        pj.load(tmp_path / "m")

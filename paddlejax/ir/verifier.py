@@ -122,6 +122,10 @@ class _Verifier:
 
     def check_op(self, op: Op) -> None:
         check_attrs(op, len(self.program.inputs) if op.parent is self.program.body else None)
+        try:
+            attrs_lib.resolve(op.attrs, self.shapes.env)  # symbolic sizes name only the inputs' symbols
+        except attrs_lib.AttrError as e:
+            raise VerificationError(str(e)) from None
         in_types = [v.type for v in op.operands]
         out_types = [r.type for r in op.results]
         if op.type == "return":
@@ -199,7 +203,7 @@ class _Verifier:
         if len(op.blocks) != 1 or not _count(nc) or not _count(ncarry) \
                 or nc + ncarry > len(in_types) or not isinstance(a.get("reverse"), bool):
             raise VerificationError("scan takes one body block and valid counts")
-        unroll = a.get("unroll", 1)
+        unroll = a.get("unroll")
         if not (isinstance(unroll, bool) or (isinstance(unroll, int) and 1 <= unroll < 2 ** 31)):
             raise VerificationError(f"scan unroll must be true, false or an int >= 1, not {unroll!r}")
         if not (isinstance(length, attrs_lib.SymDim) or (isinstance(length, int) and not isinstance(length, bool)

@@ -101,7 +101,7 @@ PRECISION = _described(
 ACCURACY = optional(enum(lax.AccuracyMode))
 DOT_DIMENSIONS = tuple_of(tuple_of(NONNEG_INTS, 2), 2)
 
-_ACCURACY_OPS = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan",
+_ACCURACY_OPS = ("exp", "exp2", "log", "log2", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan",
                  "sqrt", "rsqrt", "cbrt")
 _REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                "reduce_xor")
@@ -134,7 +134,6 @@ PARAMS: dict[str, dict[str, Kind]] = {
     "transpose": {"permutation": NONNEG_INTS},
     "rev": {"dimensions": NONNEG_INTS},
     "squeeze": {"dimensions": NONNEG_INTS},
-    "expand_dims": {"dimensions": NONNEG_INTS},
     "concatenate": {"dimension": NONNEG},
     "split": {"sizes": SHAPE, "axis": NONNEG},
     "slice": {"start_indices": SHAPE, "limit_indices": SHAPE, "strides": optional(POSITIVE_INTS)},
@@ -148,7 +147,11 @@ PARAMS: dict[str, dict[str, Kind]] = {
                          "mantissa_bits": _described(lambda v: _is_int(v) and 0 <= v <= 60, "an int in [0, 60]")},
     "round": {"rounding_method": enum(lax.RoundingMethod)},
     "sort": {"dimension": NONNEG, "is_stable": BOOL, "num_keys": POSITIVE},
-    "top_k": {"k": NONNEG, "axis": INT},
+    "top_k": {"k": NONNEG, "axis": INT, "is_stable": BOOL},
+    "tile": {"reps": POSITIVE_INTS},
+    "unstack": {"axis": NONNEG},
+    "platform_index": {"platforms": tuple_of(optional(tuple_of(
+        _described(lambda v: isinstance(v, str) and len(v) <= 64, "a platform name"))))},
     "approx_top_k": {"k": POSITIVE, "reduction_dimension": INT, "recall_target": in_range(1e-6, 1.0),
                      "is_max_k": BOOL, "reduction_input_size_override": INT, "aggregate_to_topk": BOOL},
     "dot_general": {"dimension_numbers": DOT_DIMENSIONS, "precision": PRECISION,
