@@ -12,7 +12,8 @@ import paddlejax as pj
 import paddlejax.ops as ops
 from paddlejax.ops.quant import (abs_max, asym_grid, dequantize, fake_quantize, fake_quantize_asym,
                                  moving_average_abs_max, pack_int4, qmax, quantize, quantize_asym, quantized_conv2d,
-                                 quantized_linear, quantized_matmul, unpack_int4, weight_only_linear)
+                                 quantized_linear, quantized_matmul, unpack_int4, weight_only_conv2d,
+                                 weight_only_linear)
 
 rng = np.random.default_rng(0)
 
@@ -222,6 +223,20 @@ def test_weight_only_linear_is_linear_on_the_dequantized_weight(bits):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bits,groups,data_format", [(4, 1, "NCHW"), (8, 1, "NHWC"), (4, 5, "NCHW")])
+def test_weight_only_conv2d_is_a_convolution_with_the_dequantized_weight(bits, groups, data_format):
+    x = rand(2, 5, 6, 6) if data_format == "NCHW" else rand(2, 6, 6, 5)
+    w, bias = rand(5, 5 // groups, 3, 3), rand(5)  # an odd number of output channels: the last byte half full
+    w_scale = f32(np.abs(w).max(axis=(1, 2, 3)))
+    q = quantize(w, w_scale, bits=bits, axis=0)
+    w_q = q if bits == 8 else pack_int4(q)
+    assert w_q.shape[0] == (5 if bits == 8 else 3)
+    attrs = dict(padding=1, stride=2, groups=groups, data_format=data_format, act="relu")
+    got = weight_only_conv2d(x, w_q, w_scale, bias, bits=bits, **attrs)
+    want = ops.conv2d(x, dequantize(q, w_scale, bits=bits, axis=0), bias, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_ops_work_under_jit_vmap_and_grad():
     x_q, w_q, w_scale, bias = randint8(6, 8), randint8(8, 3), f32([1.0, 2.0, 3.0]), rand(3)
     eager = quantized_linear(x_q, w_q, f32(1.0), w_scale, bias)
@@ -243,7 +258,8 @@ def test_ops_work_under_jit_vmap_and_grad():
 
 def test_ops_are_registered_documented_and_costed():
     names = ["fake_quantize", "fake_quantize_asym", "quantize", "dequantize", "quantized_linear",
-             "quantized_matmul", "quantized_conv2d", "weight_only_linear", "abs_max", "moving_average_abs_max"]
+             "quantized_matmul", "quantized_conv2d", "weight_only_linear", "weight_only_conv2d", "abs_max",
+             "moving_average_abs_max"]
     for name in names:
         op = ops.get(name)
         assert op.doc and op.primitive.name == name and op.flops is not None
@@ -334,6 +350,13 @@ BAD_CALLS = [
     (lambda: weight_only_linear(x_f, np.zeros((4, 3), np.uint8), s0, bits=4),
      r"weight_only_linear: input 'w_q' expects packed int4 shape \[2, out_features\]"),
     (lambda: weight_only_linear(x_i8, w_i8, s0), r"weight_only_linear: input 'x' expects a float array"),
+    (lambda: weight_only_conv2d(np.zeros((1, 4, 5, 5), np.float32), np.zeros((3, 4, 3, 3), np.uint8), f32([1.0] * 4),
+                                bits=4),
+     r"weight_only_conv2d: input 'w_q' expects packed int4 shape \[2, in_c / groups, kh, kw\] \(two output "
+     r"channels per byte, 4 by 'w_scale'\)"),
+    (lambda: weight_only_conv2d(np.zeros((1, 4, 5, 5), np.float32), np.zeros((6, 4, 3, 3), np.int8), f32([1.0] * 4),
+                                bits=8),
+     r"weight_only_conv2d: input 'w_scale' expects shape \(6,\) \(one scale per output channel\)"),
     (lambda: pack_int4(np.array([8], np.int8)), r"pack_int4: 'q' expects values in \[-8, 7\], got values in \[8, 8\]"),
     (lambda: pack_int4(np.array([1.0])), r"pack_int4: 'q' expects an int8 array"),
     (lambda: unpack_int4(np.zeros(2, np.uint8), rows=6), r"unpack_int4: 'rows' expects 3 or 4"),

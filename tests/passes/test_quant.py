@@ -111,6 +111,23 @@ def test_weight_only_linear_keeps_the_activation_in_float(bits):
     np.testing.assert_allclose(out(x), fake(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_weight_only_convolutions_keep_the_activation_in_float(bits):
+    rng = np.random.default_rng(0)
+    params = {"conv.w": rng.normal(size=(5, 3, 3, 3)).astype(np.float32),
+              "dw.w": rng.normal(size=(5, 1, 3, 3)).astype(np.float32)}
+    prog = pj.trace(lambda p, x: pj.ops.depthwise_conv2d(pj.ops.conv2d(x, p["conv.w"], padding=1), p["dw.w"]),
+                    pj.InputSpec((None, 3, 6, 6)), params=params)
+    fake = pj.passes.run(prog, f"insert_fake_quant{{act_bits=0 weight_bits={bits}}}")
+    out = pj.passes.run(fake, "convert_int8,dce")
+    assert [op.type for op in out.walk() if op.type != "param"] == ["weight_only_conv2d"] * 2 + ["return"]
+    assert [op.attrs["groups"] for op in out.walk() if op.type == "weight_only_conv2d"] == [1, 5]
+    stored = {k: (v.dtype.name, v.shape[0]) for k, v in out.params.items() if k.endswith(f".int{bits}")}
+    assert stored == {f"{w}.int{bits}": ("int8", 5) if bits == 8 else ("uint8", 3) for w in params}
+    x = rng.normal(size=(2, 3, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(out(x), fake(x), rtol=1e-5, atol=1e-5)
+
+
 def test_matmul_of_two_activations_runs_as_int8():
     prog = pj.trace(lambda a, b: pj.ops.matmul(a, b, transpose_y=True), pj.InputSpec((2, 3, 4)),
                     pj.InputSpec((2, 5, 4)))

@@ -1,5 +1,5 @@
 """Post-training quantization on real data: the digits CNN of the PaddleSlim comparison (see conftest.py),
-and calibration's bad-input errors."""
+int4 weight-only, calibration's bad-input errors and the layers left in float."""
 import numpy as np
 import pytest
 
@@ -52,3 +52,35 @@ def test_per_layer_report_names_each_quantized_layer(digits, tmp_path):
     other = pj.trace(lambda x: pj.ops.relu(x), pj.InputSpec((None, 1, 8, 8)))
     with pytest.raises(ValueError, match="has no float op for the int8 layers"):
         pj.slim.quant.layer_errors(other, int8, x_test[:4])
+
+
+def test_int4_weight_only_packs_every_layer_and_keeps_the_accuracy(digits, tmp_path):
+    program, x_test, y_test = digits.program, digits.x_test, digits.y_test
+    pj.save(program, tmp_path / "fp32")
+    int4 = pj.slim.quant_post(program, digits.calib, weight_bits=4, progress=False, output=tmp_path / "int4")
+    assert [op.type for op in int4.walk() if op.type.startswith(("weight_only", "quantize", "fake"))] == [
+        "weight_only_conv2d"] * 3 + ["weight_only_linear"]
+    packed = {k: v for k, v in int4.params.items() if k.endswith(".int4")}
+    assert len(packed) == 4 and all(v.dtype == np.uint8 for v in packed.values())
+    assert packed["fc.weight.int4"].shape[0] == -(-program.params["fc.weight"].shape[0] // 2)  # two rows per byte
+    assert (tmp_path / "fp32.safetensors").stat().st_size > 5 * (tmp_path / "int4.safetensors").stat().st_size
+    out = np.asarray(pj.load(tmp_path / "int4")(x_test))
+    assert (out.argmax(1) == y_test).mean() >= 0.97
+
+
+def test_weight_bits_and_activation_options_that_do_not_combine_are_refused(digits):
+    with pytest.raises(ValueError, match=r"weight_bits must be 8 \(int8 weights and activations\) or 4"):
+        pj.slim.quant_post(digits.program, digits.calib, weight_bits=2, progress=False)
+    with pytest.raises(ValueError, match="weight_bits=4 quantizes the weights only and leaves the activations float"):
+        pj.slim.quant_post(digits.program, digits.calib, weight_bits=4, algo="min_max", act_symmetric=False,
+                           progress=False)
+
+
+def test_layers_left_in_float_are_named_with_the_reason():
+    prog = pj.trace(lambda a, b: pj.ops.matmul(a, b, transpose_y=True), pj.InputSpec((2, 3, 4)),
+                    pj.InputSpec((2, 5, 4)))
+    rng = np.random.default_rng(0)
+    batch = (rng.normal(size=(2, 3, 4)).astype(np.float32), rng.normal(size=(2, 5, 4)).astype(np.float32))
+    with pytest.warns(UserWarning, match=r"quant_post: matmul at .* stay float \(fake-quantized\): an asymmetric "
+                                         r"activation folds its zero point only into a linear or a convolution"):
+        pj.slim.quant_post(prog, [batch], algo="min_max", act_symmetric=False, progress=False)
