@@ -29,6 +29,8 @@ from paddlejax.models.bert import BertForSequenceClassification, BertModel, Sent
 from paddlejax.models.tokenizer import BertTokenizer
 
 MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2 was trained on at most 256 tokens
+# encode shows a progress bar (texts done, rate, time left) from this many batches on
+PROGRESS_MIN_BATCHES = 8
 
 
 def minilm_path() -> Path:
@@ -80,27 +82,36 @@ class SentenceEncoder:
         """The length of the vectors."""
         return self.model.bert.config.hidden_size
 
-    def encode(self, sentences: str | Sequence[str], batch_size: int = 32) -> np.ndarray:
+    def encode(self, sentences: str | Sequence[str], batch_size: int = 32, progress: bool = True) -> np.ndarray:
         """float32 vectors ``[len(sentences), dimension]`` in order, or one vector for one
         string (the module's example shows a batch). Puts the model in eval mode. Texts of
-        similar length are batched together."""
+        similar length are batched together. From :data:`PROGRESS_MIN_BATCHES` batches on, a
+        progress bar on stderr counts the texts encoded; ``progress=False`` (or tqdm's
+        ``TQDM_DISABLE=1``) silences it."""
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         if not all(isinstance(t, str) for t in texts):
             raise ValueError("SentenceEncoder.encode: argument 'sentences' expects a string or a list of strings")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"SentenceEncoder.encode: argument 'batch_size' expects an int >= 1, got {batch_size!r}")
+        from tqdm.auto import tqdm
+
         self.model.eval()
         graphdef, state = nnx.split(self.model)
         out = np.zeros((len(texts), self.dimension), np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
-        for start in range(0, len(texts), batch_size):
-            rows = order[start:start + batch_size]
-            batch = self.tokenizer([texts[i] for i in rows], max_length=self.max_seq_length,
-                                   pad_to_multiple_of=self.length_multiple)
-            padded = min(batch_size, 1 << (len(rows) - 1).bit_length())
-            arrays = [np.pad(a, ((0, padded - len(rows)), (0, 0))) for a in batch.values()]
-            out[rows] = np.asarray(_embed(graphdef, state, *arrays))[:len(rows)]
+        starts = range(0, len(texts), batch_size)
+        # left unset otherwise, so that tqdm's TQDM_DISABLE still applies
+        quiet = {"disable": True} if not progress or len(starts) < PROGRESS_MIN_BATCHES else {}
+        with tqdm(total=len(texts), desc="encode", unit="text", leave=False, **quiet) as bar:
+            for start in starts:
+                rows = order[start:start + batch_size]
+                batch = self.tokenizer([texts[i] for i in rows], max_length=self.max_seq_length,
+                                       pad_to_multiple_of=self.length_multiple)
+                padded = min(batch_size, 1 << (len(rows) - 1).bit_length())
+                arrays = [np.pad(a, ((0, padded - len(rows)), (0, 0))) for a in batch.values()]
+                out[rows] = np.asarray(_embed(graphdef, state, *arrays))[:len(rows)]
+                bar.update(len(rows))
         return out[0] if single else out
 
 

@@ -50,6 +50,8 @@ class Config:
     - ``precision``: ``"fp32"``, or ``"bf16"`` to add the ``amp`` pass after the pipeline (and
       let the autotuner pick reduced-precision conv kernels).
     - ``device``: a JAX platform name (``"cpu"``, ``"gpu"``); ``None`` is JAX's default device.
+    - ``progress``: show the autotuner's progress bar when it times many ops (the first
+      predictor of a program on a device); ``False`` silences it.
 
     >>> Config(max_batch_size=6).buckets()
     (1, 2, 4, 6)
@@ -61,6 +63,7 @@ class Config:
     batch_buckets: tuple[int, ...] | None = None
     precision: str = "fp32"
     device: str | None = None
+    progress: bool = True
 
     def __post_init__(self):
         if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
@@ -90,7 +93,8 @@ class Config:
         text = self.passes
         if text is None:
             tune = {"sizes": sizes, "frozen": frozen, "reduced_precision": self.precision == "bf16"}
-            text = inference_pipeline(autotune={k: v for k, v in tune.items() if v})
+            tune = {k: v for k, v in tune.items() if v} | ({} if self.progress else {"progress": False})
+            text = inference_pipeline(autotune=tune)
         return ",".join(p for p in (text, "amp{dtype=bfloat16}" if self.precision == "bf16" else "") if p)
 
 

@@ -72,6 +72,8 @@ DEFAULT = "default"
 CACHE_ENV = "PADDLEJAX_AUTOTUNE_CACHE"
 CACHE_FORMAT = "paddlejax-autotune"
 CACHE_VERSION = 1
+# A progress bar (ops tuned, rate, time left) shows when at least this many ops are to be timed
+PROGRESS_MIN_OPS = 4
 
 
 class AutotuneCacheWarning(UserWarning):
@@ -376,7 +378,9 @@ class Autotune(Pass):
     ``frozen`` times ops with their parameter operands compiled in as constants, and plans with
     the parameters frozen into the executable, as the inference
     :class:`~paddlejax.inference.Predictor` runs them (XLA then folds weight transforms such as
-    Winograd's or a layout change into the constants).
+    Winograd's or a layout change into the constants). ``progress`` shows a bar on stderr
+    while ops are timed, when there are at least :data:`PROGRESS_MIN_OPS` of them (tqdm's
+    ``TQDM_DISABLE=1`` silences it too).
 
     The per-op decisions are left in ``ctx.cache["autotune"]`` as a list of :class:`Decision`,
     the plans in ``ctx.cache["autotune_plans"]`` (:class:`Plan`, the chosen one first).
@@ -394,6 +398,7 @@ class Autotune(Pass):
     frozen: bool = False
     min_gain: float = 0.03
     cache: str = ""
+    progress: bool = True
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         if self.repeats < 1 or self.warmup < 0 or self.max_seconds < 0 or self.workspace_mb < 0:
@@ -486,20 +491,12 @@ class Autotune(Pass):
         """A decision for every tunable op of ``program``, from ``store`` or measured (and stored)."""
         env = size_env(program, parse_sizes(self.sizes))
         device, version = device_kind(), jax.__version__
+        ops = [op for op in program.walk() if op.type in TUNABLE]
+        signatures = [self._signature(op, env) for op in ops]
+        keys = [cache_key(signature, device, version) for signature in signatures]
+        bar = self._progress_bar(len({k for k in keys if k not in store.entries}))
         decisions = []
-        for op in program.walk():
-            if op.type not in TUNABLE:
-                continue
-            signature = op_signature(op, env)
-            # separate entries: with reduced precision or constant weights the choice may differ
-            if self.reduced_precision:
-                signature["reduced_precision"] = True
-            if self.frozen:
-                constant = [i for i, v in enumerate(op.operands) if v.producer is not None
-                            and v.producer.type in ("param", "constant")]
-                if constant:
-                    signature["constant_operands"] = constant
-            key = cache_key(signature, device, version)
+        for op, signature, key in zip(ops, signatures, keys):
             entry = store.lookup(key, signature, candidates(op.type, self.reduced_precision))
             cached = entry is not None
             if not cached:
@@ -508,8 +505,31 @@ class Autotune(Pass):
                 entry = {"signature": signature, "device": device, "jax": version, "times_ms": times,
                          "chosen": min(timed, key=timed.get)}
                 store.store(key, entry)
+                bar.update()
             decisions.append(Decision(op, signature, entry["times_ms"], entry["chosen"], cached))
+        bar.close()
         return decisions
+
+    def _signature(self, op: Op, env: dict) -> dict:
+        signature = op_signature(op, env)
+        # separate entries: with reduced precision or constant weights the choice may differ
+        if self.reduced_precision:
+            signature["reduced_precision"] = True
+        if self.frozen:
+            constant = [i for i, v in enumerate(op.operands) if v.producer is not None
+                        and v.producer.type in ("param", "constant")]
+            if constant:
+                signature["constant_operands"] = constant
+        return signature
+
+    def _progress_bar(self, total: int):
+        """A bar over the ``total`` ops to time, with their rate and the time left; disabled
+        unless ``progress`` and there are at least :data:`PROGRESS_MIN_OPS`."""
+        from tqdm.auto import tqdm
+
+        # left unset otherwise, so that tqdm's TQDM_DISABLE still applies
+        quiet = {"disable": True} if not self.progress or total < PROGRESS_MIN_OPS else {}
+        return tqdm(total=total, desc="autotune", unit="op", leave=False, **quiet)
 
     def _time_candidates(self, op: Op, signature: dict) -> dict[str, float | None]:
         """Median milliseconds of each candidate on random inputs of the op's shapes; ``None``

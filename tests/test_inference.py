@@ -66,6 +66,7 @@ def test_config_buckets_and_pipeline():
     assert "reduced_precision=true" in Config(precision="bf16").pipeline("b=32")
     assert Config(passes="dce", precision="bf16").pipeline() == "dce,amp{dtype=bfloat16}"
     assert Config(passes="").pipeline() == ""
+    assert "autotune{sizes=b=8 progress=false}" in Config(progress=False).pipeline("b=8")
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -31,6 +31,7 @@ def add_arguments(p) -> None:
                    help="trust the per-op timings: do not time whole programs (needs --layout other than auto)")
     p.add_argument("--frozen", action="store_true", help="time whole programs with frozen parameters")
     p.add_argument("--reduced-precision", action="store_true", help="let bfloat16 kernels compete")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar while ops are timed")
 
 
 def main(args) -> int:
@@ -46,7 +47,7 @@ def main(args) -> int:
     sizes = parse_sizes(program, args.size)
     tune = Autotune(sizes=":".join(f"{k}={v}" for k, v in sizes.items()), repeats=args.repeats, workspace_mb=args.workspace_mb,
                     reduced_precision=args.reduced_precision, check=not args.no_check, layout=args.layout,
-                    frozen=args.frozen, cache=args.cache)
+                    frozen=args.frozen, cache=args.cache, progress=not args.no_progress)
     ctx = PassContext()
     result = tune.apply(program, ctx)
     decisions, plans = ctx.cache["autotune"], ctx.cache["autotune_plans"]

@@ -110,3 +110,14 @@ def test_cls_pooling_from_a_sentence_transformers_directory(tmp_path):
 def test_one_string_gives_one_vector_and_no_strings_none(encoder):
     assert encoder.encode("Hello world").shape == (384,)
     assert encoder.encode([]).shape == (0, 384)
+
+
+def test_encoding_many_batches_shows_a_progress_bar(encoder, monkeypatch, capsys):
+    monkeypatch.setattr(minilm, "PROGRESS_MIN_BATCHES", 3)
+    quiet = encoder.encode(SENTENCES, batch_size=2, progress=False)
+    assert capsys.readouterr().err == ""
+    np.testing.assert_allclose(encoder.encode(SENTENCES, batch_size=2), quiet, atol=1e-6)
+    err = capsys.readouterr().err
+    assert "encode:" in err and "/5 [" in err and "text/s]" in err  # texts done, elapsed<left, rate
+    encoder.encode(SENTENCES, batch_size=4)  # two batches: too short to show
+    assert capsys.readouterr().err == ""

@@ -333,3 +333,17 @@ def test_frozen_plans_are_a_separate_choice(prog, timings, plan_timings, tmp_pat
     plan_timings[1].clear()
     tune_plans(prog.clone(), tmp_path / "c.json", frozen=True)
     assert len(plan_timings[1]) == 1
+
+
+def test_a_progress_bar_shows_while_many_ops_are_timed(prog, timings, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(autotune, "PROGRESS_MIN_OPS", 2)
+    tune(prog.clone(), tmp_path / "quiet.json", progress=False)
+    assert capsys.readouterr().err == ""
+    tune(prog.clone(), tmp_path / "c.json")
+    err = capsys.readouterr().err
+    assert "autotune:" in err and "/2 [" in err and "op/s]" in err  # count, elapsed<left, rate
+    tune(prog.clone(), tmp_path / "c.json")  # every choice from the cache: nothing to show
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(autotune, "PROGRESS_MIN_OPS", 3)
+    tune(prog.clone(), tmp_path / "few.json")  # below the threshold
+    assert capsys.readouterr().err == ""
