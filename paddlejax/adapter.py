@@ -150,14 +150,19 @@ def scan_counts(params) -> tuple[int, int]:
 
 def differentiable(dtype) -> bool:
     """Whether values of ``dtype`` have tangents of their own type (floating and complex do;
-    integers and booleans have ``float0`` tangents, which a program never holds)."""
+    integers and booleans have ``float0`` tangents, which a program never holds).
+
+    >>> differentiable(jax.numpy.float32), differentiable(jax.numpy.int32)
+    (True, False)
+    """
     return jax.numpy.issubdtype(dtype, jax.numpy.inexact)
 
 
 @dataclasses.dataclass
 class SubJaxpr:
     """A jaxpr read as a block: its equations run over ``invars`` (with ``constvars`` bound to
-    ``consts``) and the block returns ``outvars``, which may also name inputs or constants."""
+    ``consts``) and the block returns ``outvars``, which may also name inputs or constants.
+    :func:`sub_jaxpr` makes one."""
 
     eqns: list
     constvars: list
@@ -168,7 +173,13 @@ class SubJaxpr:
 
 def sub_jaxpr(jaxpr, consts, outvars=None) -> SubJaxpr:
     """The parts of ``jaxpr`` traced with ``consts``. Up to jax 0.10 an open jaxpr lists its
-    constant variables apart; from 0.11 on they lead its inputs unless values are attached."""
+    constant variables apart; from 0.11 on they lead its inputs unless values are attached.
+
+    >>> jaxpr, consts = make_jaxpr(lambda x: x + 1.0, 1.0)
+    >>> part = sub_jaxpr(jaxpr, consts)
+    >>> len(part.invars), len(part.eqns)
+    (1, 1)
+    """
     all_vars = [*jaxpr.constvars, *jaxpr.invars]
     n = len(consts)
     return SubJaxpr(list(jaxpr.eqns), all_vars[:n], list(consts), all_vars[n:],
@@ -176,7 +187,12 @@ def sub_jaxpr(jaxpr, consts, outvars=None) -> SubJaxpr:
 
 
 def custom_rule_name(params) -> str:
-    """The name of the function a ``custom_jvp_call`` / ``custom_vjp_call`` equation wraps."""
+    """The name of the function a ``custom_jvp_call`` / ``custom_vjp_call`` equation wraps.
+
+    >>> jaxpr, _ = make_jaxpr(jax.nn.relu, 1.0)
+    >>> custom_rule_name(jaxpr.eqns[0].params)
+    'relu'
+    """
     jaxpr, _ = open_jaxpr(params["call_jaxpr"])
     return getattr(jaxpr.debug_info, "func_name", None) or "<unknown>"
 
@@ -195,6 +211,11 @@ def custom_jvp_rule(params, in_avals) -> tuple[SubJaxpr, list[int]]:
     constants) and the tangents of the differentiable ones to the outputs and the tangents
     of the outputs not listed in the returned ``zero_tangents`` (those the rule leaves
     zero, and every non-differentiable output).
+
+    >>> eqn = make_jaxpr(jax.nn.relu, 1.0)[0].eqns[0]
+    >>> rule, zero_tangents = custom_jvp_rule(eqn.params, [v.aval for v in eqn.invars])
+    >>> len(rule.invars), len(rule.outvars), zero_tangents   # (x, dx) -> (relu(x), d relu)
+    (2, 2, [])
     """
     xs = in_avals[params["num_consts"]:]
     jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*[not differentiable(a.dtype) for a in xs])
@@ -214,6 +235,13 @@ def custom_vjp_rule(params, in_avals) -> tuple[SubJaxpr, SubJaxpr]:
     ``(*residuals, *outputs)``; the backward rule maps ``(*residuals, *cotangents of the
     differentiable outputs)`` to the cotangents of the differentiable inputs. The backward
     rule is a Python function, traced here on abstract values.
+
+    >>> f = jax.custom_vjp(lambda x: x)
+    >>> f.defvjp(lambda x: (x, None), lambda _, g: (0.1 * g,))
+    >>> eqn = make_jaxpr(f, 1.0)[0].eqns[0]
+    >>> fwd, bwd = custom_vjp_rule(eqn.params, [v.aval for v in eqn.invars])
+    >>> len(fwd.outvars), [e.primitive.name for e in bwd.eqns]   # no residuals; 0.1 * g
+    (1, ['mul'])
     """
     n = params["num_consts"]
     xs = in_avals[n:]
