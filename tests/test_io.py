@@ -96,6 +96,17 @@ def test_newer_format_version_is_refused_by_name(saved):
         pj.load(path)
 
 
+def test_the_current_format_version_loads_and_the_next_one_is_refused(saved):
+    prog, path = saved
+    current = pj.io.FORMAT_VERSION
+    edit(path, lambda d: d.update(format_version=current))
+    assert str(pj.load(path)) == str(prog)
+    edit(path, lambda d: d.update(format_version=current + 1))
+    with pytest.raises(ProgramFormatError, match=f"format_version {current + 1} is newer than this paddlejax reads "
+                                                 rf"\({current}\)"):
+        pj.load(path)
+
+
 def test_older_version_is_migrated(saved, monkeypatch):
     prog, path = saved
     edit(path, lambda d: (d.update(format_version=0), d.update(title=d.pop("name"))))

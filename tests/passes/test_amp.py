@@ -75,3 +75,28 @@ def test_unknown_dtype_is_refused():
     prog = pj.trace(mlp, pj.InputSpec((None, 4)), params=params())
     with pytest.raises(pj.passes.PassError, match="amp: dtype expects one of"):
         pj.passes.run(prog, "amp{dtype=int8}")
+
+
+# One function per black-list op, applied to the output of a matmul (a white op, so in bfloat16).
+BLACK_OPS = {
+    "softmax": lambda h: pj.ops.softmax(h),
+    "log_softmax": lambda h: pj.ops.log_softmax(h),
+    "reduce_sum": lambda h: pj.ops.reduce_sum(h, axis=1),
+    "reduce_mean": lambda h: pj.ops.reduce_mean(h, axis=1),
+    "lax.exp": jnp.exp,
+    "lax.log": lambda h: jnp.log(jnp.abs(h) + 1.0),
+    "lax.pow": lambda h: jnp.abs(h) ** 1.5,
+    "lax.sqrt": lambda h: jnp.sqrt(jnp.abs(h)),
+    "lax.div": lambda h: h / (jnp.abs(h) + 1.0),
+    "lax.reduce_sum": lambda h: jnp.sum(h, axis=1),
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(BLACK_OPS))
+def test_black_list_ops_run_in_float32_after_a_low_precision_op(op_type):
+    prog = pj.trace(lambda p, x: BLACK_OPS[op_type](pj.ops.matmul(x, p["w"])), pj.InputSpec((None, 4)),
+                    params={"w": np.full((4, 3), 0.25, np.float32)})
+    amp = pj.passes.run(prog, "amp")
+    assert next(op for op in amp.walk() if op.type == "matmul").result.type.dtype == "bfloat16"
+    black = [op for op in amp.walk() if op.type == op_type]
+    assert black and all(v.type.dtype == "float32" for op in black for v in (*op.operands, *op.results)), str(amp)

@@ -56,6 +56,28 @@ program @f(%x: f32[2,3]) -> (f32[2,3]) {
     check_same_function(prog, out, (2, 3))
 
 
+def test_random_ops_are_neither_merged_nor_folded_nor_dropped():
+    def f(x):
+        unused = jax.lax.rng_uniform(jnp.float32(0), jnp.float32(1), (3,))  # noqa: F841  (advances the generator)
+        a = jax.lax.rng_uniform(jnp.float32(0), jnp.float32(1), (3,))
+        b = jax.lax.rng_uniform(jnp.float32(0), jnp.float32(1), (3,))
+        return x + a * b
+
+    prog = pj.trace(f, jnp.ones(3))
+    out = pj.passes.run(prog, "cse,fold_constants,dce")
+    assert str(out) == """\
+program @f(%x: f32[3]) -> (f32[3]) {
+  %0 = constant 0.0 : f32[]
+  %1 = constant 1.0 : f32[]
+  %2 = lax.rng_uniform(%0, %1) {shape=(3,)} : f32[3]
+  %3 = lax.rng_uniform(%0, %1) {shape=(3,)} : f32[3]
+  %4 = lax.rng_uniform(%0, %1) {shape=(3,)} : f32[3]
+  %5 = lax.mul(%3, %4) : f32[3]
+  %6 = lax.add(%x, %5) : f32[3]
+  return %6
+}"""
+
+
 def test_cse_inside_sub_blocks():
     def f(x):
         return jax.lax.cond(x[0] > 0, lambda a: jnp.sin(a) * jnp.sin(a), lambda a: a, x)
