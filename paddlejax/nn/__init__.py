@@ -18,14 +18,19 @@ state updates from inside a plain jax trace.
 >>> [e.primitive.name for e in jax.make_jaxpr(model)(jnp.ones((2, 3, 8, 8))).eqns]
 ['conv2d', 'batch_norm', 'relu', 'adaptive_pool2d', 'reshape', 'linear']
 """
-from paddlejax.nn import initializer
-from paddlejax.nn.activation import GELU, Hardswish, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Silu, Softmax, Tanh
-from paddlejax.nn.common import Dropout, Embedding, Flatten, Identity, Linear
-from paddlejax.nn.conv import Conv2D, Conv2DTranspose
+from paddlejax.nn import functional, initializer
+from paddlejax.nn.activation import (GELU, Hardswish, LeakyReLU, LogSoftmax, PReLU, ReLU, ReLU6, Sigmoid, Silu,
+                                     Softmax, Tanh)
+from paddlejax.nn.common import (Dropout, Embedding, Flatten, Identity, Linear, Pad1D, Pad2D, Pad3D, Upsample,
+                                 UpsamplingBilinear2D, UpsamplingNearest2D)
+from paddlejax.nn.conv import Conv1D, Conv2D, Conv2DTranspose, Conv3D
 from paddlejax.nn.initializer import ParamAttr
-from paddlejax.nn.layer import Layer, LayerList, Sequential
+from paddlejax.nn.layer import Layer, LayerList, ParameterList, Sequential
+from paddlejax.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
+                               SmoothL1Loss)
 from paddlejax.nn.norm import BatchNorm1D, BatchNorm2D, GroupNorm, LayerNorm, SyncBatchNorm
-from paddlejax.nn.pooling import AdaptiveAvgPool2D, AdaptiveMaxPool2D, AvgPool2D, MaxPool2D
+from paddlejax.nn.pooling import (AdaptiveAvgPool1D, AdaptiveAvgPool2D, AdaptiveMaxPool1D, AdaptiveMaxPool2D,
+                                  AvgPool2D, MaxPool2D)
 from paddlejax.nn.random import RngKey, seed
 from paddlejax.nn.rnn import GRU, LSTM
 from paddlejax.nn.transformer import (MultiHeadAttention, TransformerDecoder, TransformerDecoderLayer,
@@ -33,11 +38,13 @@ from paddlejax.nn.transformer import (MultiHeadAttention, TransformerDecoder, Tr
 from paddlejax.nn.weights import WeightsError, load_weights, save_weights, set_state_dict, state_dict
 
 __all__ = [
-    "initializer", "ParamAttr", "seed", "RngKey", "Layer", "Sequential", "LayerList",
-    "Linear", "Embedding", "Dropout", "Flatten", "Identity", "Conv2D", "Conv2DTranspose",
+    "functional", "initializer", "ParamAttr", "seed", "RngKey", "Layer", "Sequential", "LayerList", "ParameterList",
+    "Linear", "Embedding", "Dropout", "Flatten", "Identity", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose",
+    "Pad1D", "Pad2D", "Pad3D", "Upsample", "UpsamplingNearest2D", "UpsamplingBilinear2D",
     "BatchNorm1D", "BatchNorm2D", "SyncBatchNorm", "LayerNorm", "GroupNorm",
-    "MaxPool2D", "AvgPool2D", "AdaptiveAvgPool2D", "AdaptiveMaxPool2D",
-    "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyReLU", "Hardswish", "Silu",
+    "MaxPool2D", "AvgPool2D", "AdaptiveAvgPool2D", "AdaptiveMaxPool2D", "AdaptiveAvgPool1D", "AdaptiveMaxPool1D",
+    "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyReLU", "Hardswish", "Silu", "PReLU",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "KLDivLoss", "BCELoss", "BCEWithLogitsLoss",
     "LSTM", "GRU", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "TransformerDecoderLayer", "TransformerDecoder",
     "state_dict", "set_state_dict", "save_weights", "load_weights", "WeightsError",

@@ -6,8 +6,11 @@
 """
 from __future__ import annotations
 
+from flax import nnx
+
 from paddlejax import ops
-from paddlejax.nn.args import arg_error, is_int
+from paddlejax.nn.args import arg_error, choice, is_int, positive_int
+from paddlejax.nn.initializer import Constant
 from paddlejax.nn.layer import Layer
 
 
@@ -151,3 +154,28 @@ class Silu(Layer):
 
     def forward(self, x):
         return ops.silu(x)
+
+
+class PReLU(Layer):
+    """``x`` where positive, ``weight * x`` elsewhere, with a learnt ``weight [num_parameters]``:
+    one slope shared by all channels (``num_parameters=1``) or one per channel on
+    ``data_format``'s channel axis. ``init`` is the starting slope (Paddle's 0.25).
+
+    >>> import jax.numpy as jnp
+    >>> PReLU()(jnp.array([-2.0, 2.0])).tolist()
+    [-0.5, 2.0]
+    >>> PReLU(3, init=0.1, data_format="NHWC")(-jnp.ones((1, 2, 2, 3))).shape
+    (1, 2, 2, 3)
+    """
+
+    def __init__(self, num_parameters=1, init=0.25, weight_attr=None, data_format="NCHW", *,
+                 rngs: nnx.Rngs | None = None):
+        num = positive_int("PReLU", "num_parameters", num_parameters)
+        if isinstance(init, bool) or not isinstance(init, (int, float)):
+            raise arg_error("PReLU", "init", "a number", init)
+        self._data_format = choice("PReLU", "data_format", data_format, ops.prelu.attrs["data_format"].choices)
+        self.weight = self.create_parameter((num,), weight_attr, default_initializer=Constant(float(init)), rngs=rngs,
+                                            arg="weight_attr")
+
+    def forward(self, x):
+        return ops.prelu(x, self.weight[...], data_format=self._data_format)

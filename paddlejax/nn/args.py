@@ -29,13 +29,22 @@ def positive_int(layer: str, name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def ntuple(layer: str, name: str, value, n: int, minimum: int = 1) -> tuple[int, ...]:
+    """An int or ``n`` ints (each at least ``minimum``) as an ``n``-tuple.
+
+    >>> ntuple("Conv3D", "kernel_size", 3, 3)
+    (3, 3, 3)
+    """
+    items = (value,) * n if is_int(value) else value
+    if (not isinstance(items, (tuple, list)) or len(items) != n
+            or not all(is_int(v) and v >= minimum for v in items)):
+        raise arg_error(layer, name, f"an int or {n} ints >= {minimum}", value)
+    return tuple(int(v) for v in items)
+
+
 def pair(layer: str, name: str, value, minimum: int = 1) -> tuple[int, int]:
     """An int or two ints (each at least ``minimum``) as a 2-tuple."""
-    items = (value, value) if is_int(value) else value
-    if (not isinstance(items, (tuple, list)) or len(items) != 2
-            or not all(is_int(v) and v >= minimum for v in items)):
-        raise arg_error(layer, name, f"an int or 2 ints >= {minimum}", value)
-    return int(items[0]), int(items[1])
+    return ntuple(layer, name, value, 2, minimum)
 
 
 def choice(layer: str, name: str, value, choices):

@@ -1,4 +1,4 @@
-"""Common layers: Linear, Embedding, Dropout, Flatten, Identity.
+"""Common layers: Linear, Embedding, Dropout, Flatten, Identity, Pad1D/2D/3D, Upsample.
 
 >>> import jax.numpy as jnp, paddlejax.nn as nn
 >>> fc = nn.Linear(4, 3)
@@ -10,9 +10,11 @@ from __future__ import annotations
 from flax import nnx
 
 from paddlejax import ops
+from paddlejax.nn import functional as F
 from paddlejax.nn.args import arg_error, choice, is_int, positive_int, probability
 from paddlejax.nn.layer import Layer
 from paddlejax.nn.random import RngKey
+from paddlejax.ops.conv import CONV_LAYOUTS
 
 
 class Linear(Layer):
@@ -146,3 +148,115 @@ class Identity(Layer):
 
     def forward(self, x):
         return x
+
+
+class _Pad(Layer):
+    """Pad1D / Pad2D / Pad3D: the number of spatial dims comes from the subclass."""
+
+    _ndim = 2
+
+    def __init__(self, padding, mode="constant", value=0.0, data_format=None):
+        layer = type(self).__name__
+        data_format = CONV_LAYOUTS[self._ndim][0] if data_format is None else data_format
+        self._mode = choice(layer, "mode", mode, F.PAD_MODES)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise arg_error(layer, "value", "a number", value)
+        self._value = float(value)
+        self._paddings = F.pad_paddings(layer, padding, self._ndim, data_format)
+
+    def forward(self, x):
+        if x.ndim != self._ndim + 2:
+            raise ValueError(f"{type(self).__name__}: input 'x' expects rank {self._ndim + 2}, got shape "
+                             f"{tuple(x.shape)}")
+        return ops.pad(x, paddings=self._paddings, mode=self._mode, value=self._value)
+
+
+class Pad2D(_Pad):
+    """Pad the spatial dims of ``[N, C, H, W]`` (or NHWC) input: ``padding`` is an int or
+    ``[left, right, top, bottom]``; ``mode`` ``"constant"`` (with ``value``), ``"reflect"``
+    (mirror without the edge; pads must be smaller than the dim), ``"replicate"`` (repeat the
+    edge) or ``"circular"`` (wrap around).
+
+    >>> import jax.numpy as jnp
+    >>> Pad2D([1, 0, 0, 1], mode="replicate")(jnp.array([[[[1.0, 2.0]]]])).tolist()
+    [[[[1.0, 1.0, 2.0], [1.0, 1.0, 2.0]]]]
+    """
+
+
+class Pad1D(_Pad):
+    """Pad the last dim of ``[N, C, L]`` (or NLC) input: ``padding`` is an int or
+    ``[left, right]``; modes as :class:`Pad2D`.
+
+    >>> import jax.numpy as jnp
+    >>> Pad1D([1, 2], mode="circular")(jnp.array([[[1.0, 2.0, 3.0]]])).tolist()
+    [[[3.0, 1.0, 2.0, 3.0, 1.0, 2.0]]]
+    """
+
+    _ndim = 1
+
+
+class Pad3D(_Pad):
+    """Pad the spatial dims of ``[N, C, D, H, W]`` (or NDHWC) input: ``padding`` is an int or
+    ``[left, right, top, bottom, front, back]``; modes as :class:`Pad2D`.
+
+    >>> import jax.numpy as jnp
+    >>> Pad3D([0, 0, 0, 0, 1, 1], value=-1.0)(jnp.zeros((1, 1, 1, 2, 2))).shape
+    (1, 1, 3, 2, 2)
+    """
+
+    _ndim = 3
+
+
+class Upsample(Layer):
+    """Resize the spatial dims to ``size`` or by ``scale_factor`` (see
+    :func:`paddlejax.nn.functional.interpolate`): ``mode`` ``"nearest"`` (default),
+    ``"linear"`` (3-D input), ``"bilinear"`` (4-D) or ``"trilinear"`` (5-D), with Paddle's
+    ``align_corners`` and ``align_mode``. ``data_format`` must fit the input's rank.
+
+    >>> import jax.numpy as jnp
+    >>> Upsample(scale_factor=2)(jnp.array([[[[1.0, 2.0]]]])).tolist()
+    [[[[1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 2.0, 2.0]]]]
+    >>> Upsample(size=[3], mode="linear", align_corners=True, data_format="NCW")(jnp.array([[[0.0, 1.0]]])).tolist()
+    [[[0.0, 0.5, 1.0]]]
+    """
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=False, align_mode=0,
+                 data_format="NCHW"):
+        layer = type(self).__name__
+        mode = mode.lower() if isinstance(mode, str) else mode
+        try:  # the op checks the arguments now, so a bad one fails here
+            attrs = ops.interpolate.check_attrs(dict(size=size, scale_factor=scale_factor, mode=mode,
+                                                     align_corners=align_corners, align_mode=align_mode,
+                                                     data_format=data_format))
+        except ValueError as e:
+            raise ValueError(f"{layer}: {e}") from None
+        if (size is None) == (scale_factor is None):
+            raise arg_error(layer, "size", "exactly one of size and scale_factor", (size, scale_factor))
+        self._attrs = tuple(attrs.items())
+
+    def forward(self, x):
+        return ops.interpolate(x, **dict(self._attrs))
+
+
+class UpsamplingNearest2D(Upsample):
+    """Nearest-neighbour resize of NCHW / NHWC input (``Upsample`` with ``mode="nearest"``).
+
+    >>> import jax.numpy as jnp
+    >>> UpsamplingNearest2D(size=[2, 4])(jnp.ones((1, 1, 1, 2))).shape
+    (1, 1, 2, 4)
+    """
+
+    def __init__(self, size=None, scale_factor=None, data_format="NCHW"):
+        super().__init__(size, scale_factor, "nearest", data_format=data_format)
+
+
+class UpsamplingBilinear2D(Upsample):
+    """Bilinear resize with ``align_corners=True`` (as Paddle's ``UpsamplingBilinear2D``).
+
+    >>> import jax.numpy as jnp
+    >>> UpsamplingBilinear2D(size=[1, 3])(jnp.array([[[[0.0, 2.0]]]])).tolist()
+    [[[[0.0, 1.0, 2.0]]]]
+    """
+
+    def __init__(self, size=None, scale_factor=None, data_format="NCHW"):
+        super().__init__(size, scale_factor, "bilinear", align_corners=True, data_format=data_format)

@@ -1,13 +1,21 @@
-"""Convolution layers: Conv2D and Conv2DTranspose with Paddle's weight layouts and defaults.
+"""Convolution layers: Conv1D, Conv2D, Conv3D and Conv2DTranspose with Paddle's weight layouts
+and defaults.
 
-``padding`` is Paddle's: ``"same"`` / ``"valid"``, an int, 2 ints (per spatial dim), 4 ints
-``[top, bottom, left, right]``, or 4 ``(before, after)`` pairs that include the (zero) batch
-and channel dims.
+``padding`` is Paddle's: ``"same"`` / ``"valid"``, an int, one int per spatial dim, a
+``(before, after)`` int pair per spatial dim (``[top, bottom, left, right]`` in 2-D), or a
+``(before, after)`` pair for every dim including the (zero) batch and channel dims.
 
 >>> import jax.numpy as jnp, paddlejax.nn as nn
 >>> conv = nn.Conv2D(3, 8, 3, stride=2, padding=1)
 >>> conv.weight[...].shape, conv(jnp.ones((1, 3, 8, 8))).shape
 ((8, 3, 3, 3), (1, 8, 4, 4))
+
+Data in the other layout than ``data_format`` is named as such:
+
+>>> conv(jnp.ones((1, 8, 8, 3)))
+Traceback (most recent call last):
+...
+ValueError: conv2d: input 'x' (1, 8, 8, 3) has 8 channels on axis 1 (data_format='NCHW'), but 'weight' (8, 3, 3, 3) takes 3; the input looks like NHWC data: pass data_format='NHWC'
 """
 from __future__ import annotations
 
@@ -17,19 +25,21 @@ import jax
 from flax import nnx
 
 from paddlejax import ops
-from paddlejax.nn.args import arg_error, choice, is_int, pair, positive_int
+from paddlejax.nn.args import arg_error, choice, is_int, ntuple, pair, positive_int
 from paddlejax.nn.initializer import Normal
 from paddlejax.nn.layer import Layer
+from paddlejax.ops.common import channel_axis
+from paddlejax.ops.conv import CONV_LAYOUTS
 
 _PAD_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
-def _spatial_padding(layer, padding, data_format):
-    """Paddle's padding forms in the op's terms: 4 pairs (batch and channel included) become
-    the 2 spatial pairs; everything else passes through for the op to check."""
-    if (isinstance(padding, (list, tuple)) and len(padding) == 4
+def spatial_padding(layer, padding, data_format):
+    """Paddle's padding forms in the op's terms: a pair for every dim (batch and channel
+    included) becomes the spatial pairs; everything else passes through for the op to check."""
+    if (isinstance(padding, (list, tuple)) and len(padding) == len(data_format)
             and all(isinstance(p, (list, tuple)) for p in padding)):
-        channel = 1 if data_format == "NCHW" else 3
+        channel = channel_axis(data_format, len(data_format))
         if tuple(padding[0]) != (0, 0) or tuple(padding[channel]) != (0, 0):
             raise arg_error(layer, "padding", "(0, 0) pads for the batch and channel dims", padding)
         return tuple(tuple(p) for i, p in enumerate(padding) if i not in (0, channel))
@@ -39,6 +49,8 @@ def _spatial_padding(layer, padding, data_format):
 class _ConvBase(Layer):
     """Shared argument handling; subclasses define the weight shape and the op call."""
 
+    _ndim = 2
+
     def _setup(self, layer, op, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                data_format, **extra):
         self._in_channels = positive_int(layer, "in_channels", in_channels)
@@ -47,12 +59,12 @@ class _ConvBase(Layer):
         for name, channels in (("in_channels", self._in_channels), ("out_channels", self._out_channels)):
             if channels % self._groups:
                 raise arg_error(layer, "groups", f"a divisor of {name} ({channels})", groups)
-        self._kernel_size = pair(layer, "kernel_size", kernel_size)
-        self._data_format = choice(layer, "data_format", data_format, ("NCHW", "NHWC"))
+        self._kernel_size = ntuple(layer, "kernel_size", kernel_size, self._ndim)
+        self._data_format = choice(layer, "data_format", data_format, CONV_LAYOUTS[self._ndim])
         # the op validates (and normalises) the rest now, so a bad argument fails here, not on
         # the first call
         try:
-            attrs = op.check_attrs(dict(stride=stride, padding=_spatial_padding(layer, padding, data_format),
+            attrs = op.check_attrs(dict(stride=stride, padding=spatial_padding(layer, padding, data_format),
                                         dilation=dilation, groups=self._groups, data_format=data_format, **extra))
         except ValueError as e:
             raise ValueError(f"{layer}: {e}") from None
@@ -60,9 +72,46 @@ class _ConvBase(Layer):
         return attrs
 
 
-class Conv2D(_ConvBase):
+class _Conv(_ConvBase):
+    """Conv1D / Conv2D / Conv3D: the op, number of spatial dims and channels-first default
+    layout come from the subclass."""
+
+    _op = ops.conv2d
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 padding_mode="zeros", weight_attr=None, bias_attr=None, data_format=None, *,
+                 rngs: nnx.Rngs | None = None):
+        layer = type(self).__name__
+        data_format = CONV_LAYOUTS[self._ndim][0] if data_format is None else data_format
+        self._padding_mode = choice(layer, "padding_mode", padding_mode, _PAD_MODES)
+        if padding_mode != "zeros":
+            if not is_int(padding):
+                raise arg_error(layer, "padding", f"an int with padding_mode={padding_mode!r}", padding)
+            # the pad op pads the input instead; its paddings run over all dims, first to last
+            spatial = (int(padding),) * (2 * self._ndim)
+            self._pad = (0, 0, 0, 0, *spatial) if data_format[1] == "C" else (0, 0, *spatial, 0, 0)
+            padding = 0
+        self._setup(layer, self._op, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                    data_format)
+        shape = (self._out_channels, self._in_channels // self._groups, *self._kernel_size)
+        std = math.sqrt(2.0 / (self._in_channels * math.prod(self._kernel_size)))
+        self.weight = self.create_parameter(shape, weight_attr, default_initializer=Normal(0.0, std), rngs=rngs,
+                                            arg="weight_attr")
+        self.bias = self.create_parameter((self._out_channels,), bias_attr, is_bias=True, rngs=rngs, arg="bias_attr")
+
+    def forward(self, x):
+        if self._padding_mode != "zeros":
+            mode = "edge" if self._padding_mode == "replicate" else self._padding_mode
+            x = ops.pad(x, paddings=self._pad, mode=mode)
+        args = (x, self.weight[...]) if self.bias is None else (x, self.weight[...], self.bias[...])
+        return self._op(*args, stride=self._stride, padding=self._padding, dilation=self._dilation,
+                        groups=self._groups, data_format=self._data_format)
+
+
+class Conv2D(_Conv):
     """2-D convolution (cross-correlation) with ``weight [out_channels, in_channels / groups,
-    kh, kw]`` and ``bias [out_channels]`` (``bias_attr=False``: no bias).
+    kh, kw]`` and ``bias [out_channels]`` (``bias_attr=False``: no bias); ``data_format``
+    ``"NCHW"`` (the default) or ``"NHWC"``.
 
     ``padding_mode`` ``"reflect"``, ``"replicate"`` or ``"circular"`` pads the input with
     the pad op first (``padding`` must then be an int, as in Paddle).
@@ -79,32 +128,33 @@ class Conv2D(_ConvBase):
     ['conv2d']
     """
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 padding_mode="zeros", weight_attr=None, bias_attr=None, data_format="NCHW", *,
-                 rngs: nnx.Rngs | None = None):
-        self._padding_mode = choice("Conv2D", "padding_mode", padding_mode, _PAD_MODES)
-        if padding_mode != "zeros":
-            if not is_int(padding):
-                raise arg_error("Conv2D", "padding", f"an int with padding_mode={padding_mode!r}", padding)
-            # the pad op pads the input instead; its paddings run over all dims, first to last
-            hw = (int(padding),) * 4
-            self._pad = (0, 0, 0, 0, *hw) if data_format == "NCHW" else (0, 0, *hw, 0, 0)
-            padding = 0
-        self._setup("Conv2D", ops.conv2d, in_channels, out_channels, kernel_size, stride, padding, dilation,
-                    groups, data_format)
-        shape = (self._out_channels, self._in_channels // self._groups, *self._kernel_size)
-        std = math.sqrt(2.0 / (self._in_channels * math.prod(self._kernel_size)))
-        self.weight = self.create_parameter(shape, weight_attr, default_initializer=Normal(0.0, std), rngs=rngs,
-                                            arg="weight_attr")
-        self.bias = self.create_parameter((self._out_channels,), bias_attr, is_bias=True, rngs=rngs, arg="bias_attr")
+    _op = ops.conv2d
 
-    def forward(self, x):
-        if self._padding_mode != "zeros":
-            mode = "edge" if self._padding_mode == "replicate" else self._padding_mode
-            x = ops.pad(x, paddings=self._pad, mode=mode)
-        args = (x, self.weight[...]) if self.bias is None else (x, self.weight[...], self.bias[...])
-        return ops.conv2d(*args, stride=self._stride, padding=self._padding, dilation=self._dilation,
-                          groups=self._groups, data_format=self._data_format)
+
+class Conv1D(_Conv):
+    """1-D convolution with ``weight [out_channels, in_channels / groups, k]``; ``data_format``
+    ``"NCL"`` (the default) or ``"NLC"``; otherwise as :class:`Conv2D`.
+
+    >>> import jax.numpy as jnp
+    >>> conv = Conv1D(3, 4, 3, padding=1, padding_mode="circular", data_format="NLC")
+    >>> conv.weight[...].shape, conv(jnp.ones((2, 7, 3))).shape
+    ((4, 3, 3), (2, 7, 4))
+    """
+
+    _op, _ndim = ops.conv1d, 1
+
+
+class Conv3D(_Conv):
+    """3-D convolution with ``weight [out_channels, in_channels / groups, kd, kh, kw]``;
+    ``data_format`` ``"NCDHW"`` (the default) or ``"NDHWC"``; otherwise as :class:`Conv2D`.
+
+    >>> import jax.numpy as jnp
+    >>> conv = Conv3D(2, 4, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+    >>> conv.weight[...].shape, conv(jnp.ones((1, 2, 3, 8, 8))).shape
+    ((4, 2, 1, 3, 3), (1, 4, 3, 4, 4))
+    """
+
+    _op, _ndim = ops.conv3d, 3
 
 
 class Conv2DTranspose(_ConvBase):

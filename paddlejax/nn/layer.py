@@ -1,4 +1,5 @@
-"""The layer base class and the containers: :class:`Layer`, :class:`Sequential`, :class:`LayerList`.
+"""The layer base class and the containers: :class:`Layer`, :class:`Sequential`, :class:`LayerList`,
+:class:`ParameterList`.
 
 Layers are ``flax.nnx`` modules written the Paddle way: they start in training mode, define
 ``forward``, create parameters with :meth:`Layer.create_parameter` and switch modes with
@@ -103,6 +104,28 @@ class LayerList(Layer, nnx.List):
 
     def __init__(self, sublayers=None):
         nnx.List.__init__(self, sublayers)
+
+
+class ParameterList(Layer, nnx.List):
+    """A list of parameters (Paddle's ``ParameterList``), named by position (``0``, ``1``, ...):
+    indexable, iterable, ``append``. Holds ``nnx.Param`` s, such as those
+    :meth:`Layer.create_parameter` returns.
+
+    >>> import jax.numpy as jnp
+    >>> from paddlejax.nn.initializer import Constant
+    >>> layer = Layer()
+    >>> params = ParameterList([layer.create_parameter((2,), default_initializer=Constant(1.0)) for _ in range(2)])
+    >>> params.append(layer.create_parameter((3,)))
+    >>> len(params), [name for name, _ in params.named_parameters()], params[2][...].shape
+    (3, ['0', '1', '2'], (3,))
+    """
+
+    def __init__(self, parameters=None):
+        parameters = list(parameters or [])
+        for i, p in enumerate(parameters):
+            if not isinstance(p, _PARAMS):
+                raise arg_error("ParameterList", f"parameters[{i}]", "a parameter (nnx.Param)", type(p).__name__)
+        nnx.List.__init__(self, parameters)
 
 
 class Sequential(Layer):

@@ -1,4 +1,5 @@
-"""Pooling layers: MaxPool2D, AvgPool2D, AdaptiveAvgPool2D, AdaptiveMaxPool2D.
+"""Pooling layers: MaxPool2D, AvgPool2D, AdaptiveAvgPool2D, AdaptiveMaxPool2D,
+AdaptiveAvgPool1D, AdaptiveMaxPool1D.
 
 >>> import jax.numpy as jnp, paddlejax.nn as nn
 >>> x = jnp.ones((1, 3, 7, 7))
@@ -8,7 +9,8 @@
 from __future__ import annotations
 
 from paddlejax import ops
-from paddlejax.nn.args import arg_error, choice, pair
+from paddlejax.nn import functional as F
+from paddlejax.nn.args import arg_error, choice, pair, positive_int
 from paddlejax.nn.layer import Layer
 
 
@@ -119,3 +121,35 @@ class AdaptiveMaxPool2D(_AdaptivePool2D):
     def __init__(self, output_size, return_mask=False, data_format="NCHW"):
         _no_mask("AdaptiveMaxPool2D", return_mask)
         super().__init__("AdaptiveMaxPool2D", output_size, data_format)
+
+
+class AdaptiveAvgPool1D(Layer):
+    """Average pooling of ``[N, C, L]`` input into ``output_size`` adaptive bins along L
+    (Paddle's bins ``[floor(i * L / out), ceil((i + 1) * L / out))``).
+
+    >>> import jax.numpy as jnp
+    >>> AdaptiveAvgPool1D(2)(jnp.arange(5.0).reshape(1, 1, 5)).tolist()
+    [[[1.0, 3.0]]]
+    """
+
+    def __init__(self, output_size):
+        self._output_size = positive_int("AdaptiveAvgPool1D", "output_size", output_size)
+
+    def forward(self, x):
+        return F.adaptive_avg_pool1d(x, self._output_size)
+
+
+class AdaptiveMaxPool1D(Layer):
+    """Max pooling of ``[N, C, L]`` input into ``output_size`` adaptive bins along L.
+
+    >>> import jax.numpy as jnp
+    >>> AdaptiveMaxPool1D(2)(jnp.arange(5.0).reshape(1, 1, 5)).tolist()
+    [[[2.0, 4.0]]]
+    """
+
+    def __init__(self, output_size, return_mask=False):
+        _no_mask("AdaptiveMaxPool1D", return_mask)
+        self._output_size = positive_int("AdaptiveMaxPool1D", "output_size", output_size)
+
+    def forward(self, x):
+        return F.adaptive_max_pool1d(x, self._output_size)
