@@ -526,6 +526,20 @@ class Trainer:
         return self._zeros
 
     # -- public API ------------------------------------------------------------------------------
+    def build(self, *inputs) -> None:
+        """Capture the programs and set up the training state from input specs
+        (:class:`~paddlejax.InputSpec`, batch size None) or example batch arrays, before any data
+        arrives (otherwise the first batch does it); ``predict`` then takes ``len(inputs)`` inputs.
+
+        >>> import optax, paddlejax as pj
+        >>> from flax import nnx
+        >>> trainer = pj.Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1), progress=False)
+        >>> trainer.build(pj.InputSpec((None, 4)))
+        >>> trainer.step, trainer.predict(np.ones((3, 4), "float32")).shape
+        (0, (3, 2))
+        """
+        self._build(inputs)
+
     def train_batch(self, inputs: Sequence, labels) -> float:
         """One optimisation step on a batch; returns its loss (Paddle's ``Model.train_batch``)."""
         inputs = tuple(inputs)
