@@ -85,6 +85,8 @@ def _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_for
     is depthwise: one group per input channel."""
     cin = x.shape[channel_axis(data_format, x.ndim)]
     cout, cin_g, *kernel = weight.shape
+    if weight.dtype != x.dtype:
+        raise input_error(op, "weight", f"the dtype of 'x' ({x.dtype}); cast one of them", str(weight.dtype))
     if groups is None:
         if cin_g != 1:
             raise input_error(op, "weight", "shape [in_c * multiplier, 1, kh, kw]", weight.shape)

@@ -66,6 +66,8 @@ BAD_CALLS = [
      r"has 5 channels on axis 1 \(data_format='NCHW'\), but 'weight' \(4, 6, 3, 3\) takes 6; "
      r"the input looks like NHWC data: pass data_format='NHWC'"),
     (lambda: ops.conv1d(x4[:, :, 0], w4[:, :, 0], padding=(1, 2, 3)), r"conv1d: attribute 'padding' expects"),
+    (lambda: ops.conv2d(x4.astype(jax.numpy.bfloat16), w4),
+     r"conv2d: input 'weight' expects the dtype of 'x' \(bfloat16\); cast one of them, got 'float32'"),
     (lambda: ops.conv2d(x4, w4, np.zeros(5, np.float32)), r"conv2d: input 'bias' expects shape \(4,\)"),
     (lambda: ops.conv2d(x4, np.zeros((4, 6, 9, 9), np.float32)), r"conv2d: attribute 'padding'"),
     (lambda: ops.conv2d_transpose(x4, np.zeros((6, 2, 3, 3), np.float32), output_padding=1),
