@@ -96,3 +96,15 @@ def test_unknown_kernel_variant_is_named():
     pj.ir.Rewriter(prog).set_attr(conv, "kernel", "fft")
     with pytest.raises(ValueError, match="op conv2d: unknown kernel variant 'fft'; known: im2col, lax_bf16, lax_nhwc"):
         prog(jnp.ones((2, 3, 6, 6)))
+
+
+def test_an_empty_batch_runs_through_flatten():
+    # reshape(shape=(0, -1)) on zero rows once could not infer the -1
+    from paddlejax import nn
+
+    nn.seed(0)
+    model = nn.Sequential(nn.Conv2D(1, 2, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 10))
+    prog = pj.trace(model, pj.InputSpec((None, 1, 4, 4)))
+    assert prog(jnp.zeros((0, 1, 4, 4))).shape == (0, 10)
+    x = jnp.ones((3, 1, 4, 4))
+    np.testing.assert_allclose(prog(x), model(x), rtol=1e-6)

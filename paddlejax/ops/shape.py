@@ -29,11 +29,14 @@ def _reshape(x, *, shape):
     if any(d == 0 and i >= x.ndim for i, d in enumerate(shape)):
         raise attr_error("reshape", "shape", f"0 (copy) only within the input rank {x.ndim}", shape)
     dims = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
-    known = math.prod(d for d in dims if d != -1)
     if -1 in dims:
-        if known == 0 or x.size % known:
+        # inferred from the input sizes that are not copied, so an empty batch (a copied 0)
+        # still determines it
+        rest = math.prod(n for i, n in enumerate(x.shape) if i >= len(shape) or shape[i] != 0)
+        explicit = math.prod(d for d in shape if d > 0)
+        if rest % explicit:
             raise attr_error("reshape", "shape", f"a shape compatible with {x.shape}", shape)
-        dims[dims.index(-1)] = x.size // known
+        dims[dims.index(-1)] = rest // explicit
     if math.prod(dims) != x.size:
         raise attr_error("reshape", "shape", f"{x.size} elements like input {x.shape}", shape)
     return jnp.reshape(x, dims)
