@@ -155,7 +155,10 @@ class _PipelineStep:
         if self.zero is None:
             deltas, opt = tx.update(grads, opt, params)
             return optax.apply_updates(params, deltas), opt
-        flat = lambda tree: lax.with_sharding_constraint(self.zero.shard(tree), self._sharded)  # noqa: E731
+        # whole, then flattened and sharded: the sharding must not spread back into other uses of the
+        # parameters (the stages' inputs, the metrics' forward pass), which XLA would then regather
+        whole = lambda tree: lax.with_sharding_constraint(tree, self._whole)  # noqa: E731
+        flat = lambda tree: lax.with_sharding_constraint(self.zero.shard(whole(tree)), self._sharded)  # noqa: E731
         flat_params = flat(params)
         deltas, opt = tx.update(flat(grads), opt, flat_params)
         new = lax.with_sharding_constraint(optax.apply_updates(flat_params, deltas), self._whole)
