@@ -248,6 +248,15 @@ def test_trainer_gradient_merge_from_the_strategy_equals_its_accumulate():
     assert not np.allclose(model_params(plain)["l1", "kernel"], np.asarray(MLP().l1.kernel.get_value()))
 
 
+def test_trainer_gradient_merge_without_avg_applies_the_sum_of_the_micro_batches_gradients():
+    merge = Strategy(gradient_merge={"k_steps": 4, "avg": False})
+    want = model_params(trained(None, optax.sgd(0.4), steps=4, accumulate=4)[0])  # 4 x the mean
+    for strategy, optimizer in ((merge, optax.sgd(0.1)), (None, fleet.distributed_optimizer(optax.sgd(0.1), merge))):
+        got, _ = trained(strategy, optimizer, steps=4)
+        assert got.dp is not None and got.dp.strategy.gradient_merge.avg is False
+        assert_same(model_params(got), want)
+
+
 
 def test_a_sharded_training_state_checkpoints_and_resumes(tmp_path):
     rng = np.random.default_rng(2)
