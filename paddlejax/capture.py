@@ -322,9 +322,9 @@ class _Converter:
         return env[v]
 
     def _sub_block(self, closed, name):
-        return self._rule_block(adapter.sub_jaxpr(*adapter.open_jaxpr(closed)), name)
+        return self._block_of(adapter.sub_jaxpr(*adapter.open_jaxpr(closed)), name)
 
-    def _rule_block(self, sub: adapter.SubJaxpr, name):
+    def _block_of(self, sub: adapter.SubJaxpr, name):
         block = Block([TensorType.of(v.aval) for v in sub.invars], name)
         env = dict(zip(sub.invars, block.args))
         self._bind_consts(block, env, sub.constvars, sub.consts)
@@ -378,10 +378,10 @@ class _Converter:
         try:
             if kind == "custom_jvp":
                 rule, zero_tangents = adapter.custom_jvp_rule(params, in_avals)
-                rules = [self._rule_block(rule, "jvp")]
+                rules = [self._block_of(rule, "jvp")]
             else:
                 fwd, bwd = adapter.custom_vjp_rule(params, in_avals)
-                rules, zero_tangents = [self._rule_block(fwd, "fwd"), self._rule_block(bwd, "bwd")], []
+                rules, zero_tangents = [self._block_of(fwd, "fwd"), self._block_of(bwd, "bwd")], []
         except Exception as e:  # the rule is user code traced on abstract values: anything may fail
             self.constants.clear()  # drop what the failed rule added
             self.constants.update(constants)
