@@ -1,11 +1,13 @@
-"""Activation layers: numpy formulas, one op each in the jaxpr."""
+"""Activation layers: numpy formulas, one op each in the jaxpr; PReLU's learnt slopes."""
 from __future__ import annotations
 
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import paddlejax.nn as nn
 
@@ -51,3 +53,37 @@ def test_activation_matches_formula_and_is_its_op(layer, op, ref):
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_prelu_per_channel_and_shared_slopes_with_their_gradients():
+    v = np.random.default_rng(1).normal(size=(2, 3, 4)).astype(np.float32)
+    shared = nn.PReLU()
+    assert shared.weight[...].tolist() == [0.25] and [n for n, _ in shared.named_parameters()] == ["weight"]
+    np.testing.assert_allclose(shared(v), np.maximum(v, 0) + 0.25 * np.minimum(v, 0), rtol=1e-6)
+    per_channel = nn.PReLU(3, init=0.1, data_format="NCL")
+    per_channel.weight.set_value(jnp.array([0.1, 0.2, 0.3]))
+    np.testing.assert_allclose(per_channel(v), np.where(v > 0, v, np.array([0.1, 0.2, 0.3])[:, None] * v), rtol=1e-6)
+    channels_last = nn.PReLU(4, data_format="NLC")
+    np.testing.assert_allclose(channels_last(v), np.where(v > 0, v, 0.25 * v), rtol=1e-6)
+    # d sum(prelu(x)) / d weight = sum of the negative inputs of each channel
+    grads = nnx.grad(lambda m: jnp.sum(m(v)))(per_channel)
+    np.testing.assert_allclose(grads["weight"][...], np.minimum(v, 0).sum((0, 2)), rtol=1e-5)
+    assert [e.primitive.name for e in jax.make_jaxpr(per_channel)(v).eqns] == ["prelu"]
+    half = per_channel(v.astype(jnp.bfloat16))
+    assert half.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float32(half), per_channel(v), rtol=1e-2, atol=1e-2)
+
+
+def test_prelu_bad_arguments():
+    with pytest.raises(ValueError, match=r"PReLU: argument 'num_parameters' expects an int >= 1"):
+        nn.PReLU(0)
+    with pytest.raises(ValueError, match=r"PReLU: argument 'data_format' expects one of"):
+        nn.PReLU(data_format="CHW")
+    with pytest.raises(ValueError, match=r"prelu: input 'weight' expects shape \(1,\) or one slope per channel "
+                                         r"\(x \(2, 3\) has 3 channels on axis 1"):
+        nn.PReLU(4)(np.zeros((2, 3), np.float32))
+
+
+def test_prelu_model_traces_saves_and_loads(round_trip):
+    model = nn.Sequential(nn.Linear(4, 3), nn.PReLU(3, data_format="NC"))
+    assert "prelu(" in round_trip(model, x, tol=1e-6)

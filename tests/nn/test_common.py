@@ -1,5 +1,6 @@
-"""Linear, Embedding, Dropout, Flatten and Identity: numbers against numpy, Paddle's
-padding_idx rules, and dropout's key state in training, eval and under nnx.jit."""
+"""Linear, Embedding, Dropout, Flatten, Identity, Pad1D/2D/3D and Upsample: numbers against
+numpy (padding and resizing by Paddle's formulas), Paddle's padding_idx rules, dropout's key
+state in training, eval and under nnx.jit, gradients, bfloat16 and saved programs."""
 from __future__ import annotations
 
 import jax
@@ -7,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.test_util import check_grads
 
 import paddlejax.nn as nn
 
@@ -107,3 +109,118 @@ def test_flatten_and_identity():
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def np_resize_axis(x, axis, out, mode, align_corners=False, align_mode=0, scale=None):
+    """One axis resized by Paddle's documented formulas: source ``ratio * j`` (the half-pixel
+    ``ratio * (j + 0.5) - 0.5``, clamped at 0, for align_mode 0 without align_corners); nearest
+    takes ``int(src)``, linear interpolates between ``int(src)`` and the next index."""
+    n = x.shape[axis]
+    ratio = ((n - 1) / (out - 1) if out > 1 else 0) if align_corners else (1 / scale if scale else n / out)
+    rows = []
+    for j in range(out):
+        if mode == "nearest":
+            rows.append(np.take(x, min(int(ratio * j), n - 1), axis=axis))
+            continue
+        src = max(ratio * (j + 0.5) - 0.5, 0) if align_mode == 0 and not align_corners else ratio * j
+        lo = int(src)
+        rows.append((1 - (src - lo)) * np.take(x, lo, axis) + (src - lo) * np.take(x, min(lo + 1, n - 1), axis))
+    return np.stack(rows, axis=axis)
+
+
+@pytest.mark.parametrize("mode,np_mode", [("constant", "constant"), ("reflect", "reflect"),
+                                          ("replicate", "edge"), ("circular", "wrap")])
+def test_pad2d_modes_match_numpy_and_pad_left_right_top_bottom(mode, np_mode):
+    x = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    kwargs = {"constant_values": 1.5} if mode == "constant" else {}
+    want = np.pad(x, ((0, 0), (0, 0), (3, 0), (1, 2)), mode=np_mode, **kwargs)  # [left, right, top, bottom]
+    np.testing.assert_allclose(nn.Pad2D([1, 2, 3, 0], mode=mode, value=1.5)(x), want)
+    nhwc = nn.Pad2D([1, 2, 3, 0], mode=mode, value=1.5, data_format="NHWC")(x.transpose(0, 2, 3, 1))
+    np.testing.assert_allclose(nhwc, want.transpose(0, 2, 3, 1))
+    assert op_names(nn.Pad2D(1, mode=mode), x) == ["pad"]
+
+
+def test_pad1d_and_pad3d_and_padding_gradients():
+    x = rng.normal(size=(1, 2, 3, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(nn.Pad3D([0, 1, 2, 0, 1, 1], mode="replicate")(x),
+                               np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 0), (0, 1)), mode="edge"))
+    np.testing.assert_allclose(nn.Pad1D(2, mode="reflect")(x[:, :, 0, 0]),
+                               np.pad(x[:, :, 0, 0], ((0, 0), (0, 0), (2, 2)), mode="reflect"))
+    # reflect pads copy interior elements, so those collect several gradients
+    grad = jax.grad(lambda v: jnp.sum(nn.Pad1D([2, 0], mode="reflect")(v)))(jnp.ones((1, 1, 4)))
+    assert grad.tolist() == [[[1.0, 2.0, 2.0, 1.0]]]
+    half = nn.Pad2D(1, mode="circular")(x[:, :, 0].astype(jnp.bfloat16))
+    assert half.dtype == jnp.bfloat16 and half.shape == (1, 2, 5, 6)
+
+
+@pytest.mark.parametrize("kwargs,shape,ref", [
+    ({"scale_factor": 2}, (2, 3, 6, 10),
+     lambda x: np_resize_axis(np_resize_axis(x, 2, 6, "nearest", scale=2), 3, 10, "nearest", scale=2)),
+    ({"size": [5, 3]}, (2, 3, 5, 3),
+     lambda x: np_resize_axis(np_resize_axis(x, 2, 5, "nearest"), 3, 3, "nearest")),
+    ({"size": [7, 4], "mode": "bilinear"}, (2, 3, 7, 4),
+     lambda x: np_resize_axis(np_resize_axis(x, 2, 7, "linear"), 3, 4, "linear")),
+    ({"scale_factor": [1.5, 0.5], "mode": "BILINEAR", "align_mode": 1}, (2, 3, 4, 2),
+     lambda x: np_resize_axis(np_resize_axis(x, 2, 4, "linear", align_mode=1, scale=1.5), 3, 2, "linear",
+                              align_mode=1, scale=0.5)),
+    ({"size": [5, 9], "mode": "bilinear", "align_corners": True}, (2, 3, 5, 9),
+     lambda x: np_resize_axis(np_resize_axis(x, 2, 5, "linear", True), 3, 9, "linear", True)),
+], ids=["nearest-scale", "nearest-size", "bilinear", "bilinear-align-mode-1", "bilinear-align-corners"])
+def test_upsample_matches_paddle_formulas(kwargs, shape, ref):
+    x = rng.normal(size=(2, 3, 3, 5)).astype(np.float32)
+    got = nn.Upsample(**kwargs)(x)
+    assert got.shape == shape
+    np.testing.assert_allclose(got, ref(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    nhwc = nn.Upsample(**kwargs, data_format="NHWC")(x.transpose(0, 2, 3, 1))
+    np.testing.assert_allclose(nhwc, np.asarray(got).transpose(0, 2, 3, 1), rtol=1e-6, atol=1e-6)
+
+
+def test_bilinear_upsampling_agrees_with_jax_image_resize():
+    # half-pixel linear upsampling (align_mode 0) is what jax.image.resize computes
+    x = rng.normal(size=(1, 2, 4, 3)).astype(np.float32)
+    want = jax.image.resize(x, (1, 2, 9, 7), "linear", antialias=False)
+    np.testing.assert_allclose(nn.Upsample(size=[9, 7], mode="bilinear")(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_and_trilinear_upsample_gradients_and_bfloat16():
+    x = rng.normal(size=(1, 2, 2, 3, 2)).astype(np.float32)
+    tri = nn.Upsample(scale_factor=[2, 1, 1.5], mode="trilinear", data_format="NCDHW")
+    want = x.astype(np.float64)
+    for axis, out, s in ((2, 4, 2), (3, 3, 1), (4, 3, 1.5)):
+        want = np_resize_axis(want, axis, out, "linear", scale=s)
+    np.testing.assert_allclose(tri(x), want, rtol=1e-5, atol=1e-6)
+    up = nn.UpsamplingBilinear2D(scale_factor=2)
+    with jax.enable_x64(True):
+        check_grads(up, (jnp.asarray(x[:, :, 0], jnp.float64),), order=1, modes=("rev",))
+        check_grads(nn.Upsample(size=[5], mode="linear", data_format="NWC"), (jnp.asarray(x[:, 0, 0], jnp.float64),),
+                    order=1, modes=("rev",))
+    half = up(x[:, :, 0].astype(jnp.bfloat16))
+    assert half.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float32(half), up(x[:, :, 0]), rtol=2e-2, atol=2e-2)
+    assert nn.UpsamplingNearest2D(size=[4, 4])(x[:, :, 0]).shape == (1, 2, 4, 4)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: nn.Pad2D([1, 2, 3]), r"Pad2D: argument 'padding' expects an int or 4 ints >= 0"),
+    (lambda: nn.Pad2D(1, mode="edge"), r"Pad2D: argument 'mode' expects one of \['constant', 'reflect', "),
+    (lambda: nn.Pad1D(1, data_format="NCHW"), r"Pad1D: argument 'data_format' expects one of \['NCL', 'NLC'\]"),
+    (lambda: nn.Pad2D(3, mode="reflect")(np.zeros((1, 1, 3, 3), np.float32)), r"pad: attribute 'paddings' expects "
+                                                                                r"pads that fit"),
+    (lambda: nn.Pad2D(1)(np.zeros((1, 3, 3), np.float32)), r"Pad2D: input 'x' expects rank 4"),
+    (lambda: nn.Upsample(), r"Upsample: argument 'size' expects exactly one of size and scale_factor"),
+    (lambda: nn.Upsample(scale_factor=2, mode="bicubic"), r"Upsample: interpolate: attribute 'mode' expects one of"),
+    (lambda: nn.Upsample(scale_factor=2, mode="linear")(np.zeros((1, 1, 3, 3), np.float32)),
+     r"interpolate: attribute 'mode' expects 'nearest' or 'bilinear' for a rank-4 input, got 'linear'"),
+    (lambda: nn.Upsample(size=3)(np.zeros((1, 1, 3), np.float32)),
+     r"interpolate: attribute 'data_format' expects a layout of rank 3 \(NCW, NWC\), got 'NCHW'"),
+])
+def test_pad_and_upsample_bad_arguments(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_pad_and_upsample_model_traces_saves_and_loads(round_trip):
+    model = nn.Sequential(nn.Pad2D([1, 0, 2, 1], mode="reflect"), nn.Upsample(scale_factor=1.5, mode="bilinear"),
+                          nn.Pad2D(1, value=-1.0))
+    text = round_trip(model, rng.normal(size=(2, 3, 4, 4)).astype(np.float32), tol=1e-5)
+    assert 'interpolate(' in text and 'mode="reflect"' in text

@@ -104,3 +104,25 @@ def test_a_model_trains_with_nnx_optimizer_under_jit():
     losses = [float(step(model, optimizer)) for _ in range(30)]
     assert losses[-1] < 0.1 * losses[0]
     assert jax.tree.leaves(nnx.state(model, nnx.Param))  # parameters stayed arrays
+
+
+def test_parameter_list_holds_parameters_named_by_position(round_trip):
+    class Scales(nn.Layer):
+        def __init__(self):
+            self.scales = nn.ParameterList([self.create_parameter((3,), default_initializer=nn.initializer.Constant(c))
+                                            for c in (1.0, 2.0)])
+
+        def forward(self, x):
+            for p in self.scales:
+                x = x * p[...]
+            return x
+
+    model = Scales()
+    model.scales.append(model.create_parameter((3,), default_initializer=nn.initializer.Constant(0.5)))
+    assert [n for n, _ in model.named_parameters()] == ["scales.0", "scales.1", "scales.2"]
+    assert model(jnp.ones(3)).tolist() == [1.0, 1.0, 1.0]
+    grads = nnx.grad(lambda m: jnp.sum(m(jnp.ones(3))))(model)
+    assert grads["scales"][1][...].tolist() == [0.5, 0.5, 0.5]
+    assert "@scales.2" in round_trip(model, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=r"ParameterList: argument 'parameters\[0\]' expects a parameter"):
+        nn.ParameterList([jnp.ones(2)])

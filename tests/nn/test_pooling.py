@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -79,3 +80,23 @@ def test_channels_last_and_the_ops_in_the_jaxpr():
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_adaptive_pool1d_uses_paddle_bins_along_the_last_axis():
+    v = np.random.default_rng(2).normal(size=(2, 3, 7)).astype(np.float32)
+    want = np_adaptive(v[:, :, None, :], (1, 3), "avg")[:, :, 0]  # bins [0, 3), [2, 5), [4, 7)
+    np.testing.assert_allclose(nn.AdaptiveAvgPool1D(3)(v), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(nn.AdaptiveMaxPool1D(3)(v), np_adaptive(v[:, :, None, :], (1, 3), "max")[:, :, 0])
+    grad = jax.grad(lambda t: nn.AdaptiveAvgPool1D(3)(t).sum())(jnp.ones((1, 1, 7)))
+    np.testing.assert_allclose(grad[0, 0], [1 / 3, 1 / 3, 2 / 3, 1 / 3, 2 / 3, 1 / 3, 1 / 3], rtol=1e-6)
+    half = nn.AdaptiveAvgPool1D(2)(v.astype(jnp.bfloat16))
+    assert half.dtype == jnp.bfloat16 and half.shape == (2, 3, 2)
+    with pytest.raises(ValueError, match=r"adaptive_avg_pool1d: input 'x' expects rank 3 \[N, C, L\]"):
+        nn.AdaptiveAvgPool1D(2)(x)
+    with pytest.raises(ValueError, match=r"AdaptiveAvgPool1D: argument 'output_size' expects an int >= 1"):
+        nn.AdaptiveAvgPool1D([2])
+
+
+def test_adaptive_pool1d_model_traces_saves_and_loads(round_trip):
+    model = nn.Sequential(nn.Conv1D(3, 4, 3), nn.AdaptiveAvgPool1D(2), nn.Flatten())
+    assert "adaptive_pool2d(" in round_trip(model, np.ones((2, 3, 9), np.float32), tol=1e-5)
