@@ -184,12 +184,13 @@ def _warn_float_layers(program: Program) -> None:
     value, and why: conversion found no int8 kernel for them, so they compute in float."""
     reasons: dict[str, list[str]] = {}
     for op in program.walk():
-        x, w = op.operands[:2] if op.type in QUANTIZABLE else (None, None)
-        if x is None or not (is_fake_quantized(x) or is_fake_quantized(w)):
+        if op.type not in QUANTIZABLE or not any(is_fake_quantized(v) for v in op.operands[:2]):
             continue
+        x, w = op.operands[:2]
         name = param_name(w.producer.operands[0] if is_fake_quantized(w) else w) or f"{op.type} at {op.loc}"
         if is_fake_quantized(x) and x.producer.type == "fake_quantize_asym":
-            why = "an asymmetric activation folds its zero point only into a linear or a convolution"
+            why = ("an asymmetric activation folds its zero point only into a linear or a convolution with a "
+                   "stored bias or none")
         elif not is_fake_quantized(x):
             why = "weight-only kernels take a linear, a convolution or a 2-D matmul weight without transposes"
         else:
