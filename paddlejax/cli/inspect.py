@@ -91,8 +91,9 @@ def _memory_report(prog, live, sizes, plot) -> None:
 
 
 def _plot(timeline, path, title) -> None:
-    import matplotlib
+    from paddlejax._extras import require
 
+    matplotlib = require("matplotlib", extra="plot", feature="inspect --plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
