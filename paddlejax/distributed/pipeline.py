@@ -18,9 +18,10 @@ Design choices:
   branches (idle, ``F`` of each stage, ``B`` of each stage) on its stage index. Values that
   cross stages, stashed residuals and parameters are packed into one flat buffer per dtype,
   sized for the largest stage (the padding is the price of one buffer shape for all).
-- *Parameters* are packed per stage and sharded over ``"pp"``: device ``s`` holds only stage
-  ``s``'s parameters, and computes only their gradients (parameters shared by several stages
-  get the sum of their stages' gradients).
+- *Parameters* are packed per stage (:class:`StageParams`) and sharded over ``"pp"``: device
+  ``s`` holds only stage ``s``'s parameters, and computes only their gradients (parameters shared
+  by several stages get the sum of their stages' gradients). :meth:`PipelineRunner.run_packed`
+  takes and returns them packed, so that a training loop keeps them so between steps.
 - *Backward*: ``F`` keeps the stage's VJP residuals (parameters aside, they are on hand) in a
   stash slot; ``B`` applies the VJP to the incoming gradient. With ``recompute=True``, ``F``
   keeps only the stage's inputs and ``B`` re-runs the stage forward before its VJP (what
@@ -286,6 +287,66 @@ class _StagePlan:
         return _Layout([x for x in self.outputs.structs if _inexact(x)])
 
 
+class StageParams:
+    """The stages' parameters packed as the pipeline runs them: per dtype one ``[S, capacity]``
+    buffer whose row ``s`` holds stage ``s``'s parameters (a parameter several stages use, in
+    each of their rows). Sharded over the pipeline axis, each stage's parameters live on its
+    devices only.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> from paddlejax.passes.pipeline import split_stages
+    >>> params = {"w0": jnp.ones((2, 2)), "w1": jnp.ones((2, 3))}
+    >>> prog = pj.trace(lambda p, x: pj.ops.linear(pj.ops.linear(x, p["w0"]), p["w1"]), pj.InputSpec((None, 2)),
+    ...                 params=params)
+    >>> layout = StageParams(split_stages(prog, 2), params)
+    >>> layout.names, layout.pack(params)["float32"].shape
+    ([['w0'], ['w1']], (2, 6))
+    """
+
+    def __init__(self, split: PipelineSplit, params: dict):
+        self.names = [list(stage.param_names) for stage in split.stages]
+        self.layouts = [_Layout([params[n] for n in names]) for names in self.names]
+        self.capacity = _capacity(self.layouts)
+        self.shared = {n for i, names in enumerate(self.names) for n in names
+                       if any(n in other for other in self.names[i + 1:])}
+
+    def pack(self, params: dict) -> dict:
+        """``{dtype: [S, capacity]}`` from every stage's parameters (a dict by name)."""
+        rows = [layout.pack([params[n] for n in names], self.capacity) for names, layout in zip(self.names, self.layouts)]
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *rows)
+
+    def unpack(self, packed: dict, add_copies: bool = False) -> dict:
+        """The parameters by name from :meth:`pack`'s form: a shared one from its first stage, or
+        (``add_copies``, for gradients) the sum of its stages' copies."""
+        out: dict = {}
+        for s, (names, layout) in enumerate(zip(self.names, self.layouts)):
+            for n, v in zip(names, layout.unpack({k: b[s] for k, b in packed.items()})):
+                out[n] = out[n] + v if add_copies and n in out else out.get(n, v)
+        return out
+
+    def mask(self, names) -> dict:
+        """``{dtype: bool [S, capacity]}``: True at every slot of ``names`` (a numpy constant)."""
+        out = {k: np.zeros((len(self.names), n), bool) for k, n in self.capacity.items()}
+        for s, (stage_names, layout) in enumerate(zip(self.names, self.layouts)):
+            for n, x, offset in zip(stage_names, layout.structs, layout.offsets):
+                if n in names:
+                    out[x.dtype.name][s, offset:offset + math.prod(x.shape)] = True
+        return out
+
+    def place(self, packed: dict, values: dict) -> dict:
+        """``packed`` with every copy of the parameters named in ``values`` set to them."""
+        structs = {n: x for names, layout in zip(self.names, self.layouts) for n, x in zip(names, layout.structs)}
+        full = self.pack({n: values[n] if n in values else jnp.zeros(x.shape, x.dtype) for n, x in structs.items()})
+        return jax.tree_util.tree_map(jnp.where, self.mask(values), full, packed)
+
+    def share(self, grads: dict) -> dict:
+        """Packed gradients with every copy of a shared parameter holding the sum of all copies'."""
+        if not self.shared:
+            return grads
+        summed = self.unpack(grads, add_copies=True)
+        return self.place(grads, {n: summed[n] for n in self.shared})
+
+
 # ---------------------------------------------------------------------------------------
 # The runner
 class PipelineRunner:
@@ -333,28 +394,34 @@ class PipelineRunner:
         """``(loss, grads, work)``: :meth:`value_and_grad`'s results and the executed ``[S, T]``
         record of what each stage did at each tick (IDLE, FORWARD or BACKWARD; see :func:`bubble`);
         with ``has_aux`` the loss is ``(loss, aux)``."""
+        layout = StageParams(self.split, params)
+        loss, pgrad, work = self._run(layout, layout.pack(params), inputs, targets)
+        return loss, layout.unpack(pgrad, add_copies=True), work
+
+    def run_packed(self, layout: StageParams, packed: dict, inputs, targets=()):
+        """:meth:`run` on parameters kept packed by ``layout`` (sharded over the axis, so that
+        each stage's parameters stay on its devices): the gradients come packed the same way,
+        each copy of a parameter several stages use holding the sum of their gradients."""
+        loss, pgrad, work = self._run(layout, packed, inputs, targets)
+        return loss, layout.share(pgrad), work
+
+    def _run(self, layout: StageParams, packed: dict, inputs, targets):
         M = self.schedule.micro_batches
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
         targets = targets if isinstance(targets, tuple) else (targets,)
         mb_inputs = _micro(jax.tree_util.tree_leaves(inputs), M, self.replicas, "inputs")
         target_leaves, targets_tree = jax.tree_util.tree_flatten(targets)
         mb_targets = _micro(target_leaves, M, self.replicas, "targets")
-        plans = self._plan(params, mb_inputs, mb_targets, targets_tree)
-        cap = {"params": _capacity(p.params for p in plans), "act": _capacity(p.outputs for p in plans[:-1]),
+        plans = self._plan(layout, mb_inputs, mb_targets, targets_tree)
+        cap = {"params": layout.capacity, "act": _capacity(p.outputs for p in plans[:-1]),
                "grad": _capacity(p.grad_out for p in plans[:-1]), "stash": _capacity(p.stash for p in plans)}
-        packed = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[
-            p.params.pack([params[n] for n in p.param_names], cap["params"]) for p in plans])
         body = _TickBody(self, plans, cap, targets_tree)
         spec = jax.tree_util.tree_map(lambda _: P(self.axis), packed)
         rows = P(None, self.batch_axes) if self.batch_axes else P()
         loss, aux, pgrad, work = jax.shard_map(body.run, mesh=self.mesh, in_specs=(spec, rows, rows),
                                                out_specs=(P(), P(), spec, P(self.axis)), check_vma=False)(
             packed, mb_inputs, mb_targets)
-        grads: dict = {}
-        for s, plan in enumerate(plans):
-            for n, g in zip(plan.param_names, plan.params.unpack({k: v[s] for k, v in pgrad.items()})):
-                grads[n] = grads[n] + g if n in grads else g
-        return ((loss, jax.tree_util.tree_unflatten(plans[-1].aux_tree, aux)) if self.has_aux else loss), grads, work
+        return ((loss, jax.tree_util.tree_unflatten(plans[-1].aux_tree, aux)) if self.has_aux else loss), pgrad, work
 
     # -- the stage functions ------------------------------------------------------------
     def stage_fn(self, s: int, plan: _StagePlan, targets_tree):
@@ -398,17 +465,16 @@ class PipelineRunner:
         slots = {i: j for i, r in enumerate(leaves) for j, q in enumerate(p_leaves) if r is q}
         return [r for i, r in enumerate(leaves) if i not in slots], tree, slots
 
-    def _plan(self, params, mb_inputs, mb_targets, targets_tree) -> list[_StagePlan]:
+    def _plan(self, layout: StageParams, mb_inputs, mb_targets, targets_tree) -> list[_StagePlan]:
         split, plans = self.split, []
         local = lambda a: jax.ShapeDtypeStruct((a.shape[1] // self.replicas, *a.shape[2:]), a.dtype)  # noqa: E731
         x, t = [local(a) for a in mb_inputs], [local(a) for a in mb_targets]
         for s in range(split.num_stages):
-            names = split.stages[s].param_names
             # shapes alone: a sharding of the caller's would type the probed VJP for another mesh than
             # shard_map's, and the backward pass rebuilds that VJP from it
-            p = {n: jax.ShapeDtypeStruct(jnp.shape(params[n]), jnp.result_type(params[n])) for n in names}
+            names, p = layout.names[s], dict(zip(layout.names[s], layout.layouts[s].structs))
             diff = [s > 0 and _inexact(a) for a in x]
-            plan = _StagePlan(names, diff, _Layout(p.values()), _Layout(x), _Layout([]), _Layout(x))
+            plan = _StagePlan(names, diff, layout.layouts[s], _Layout(x), _Layout([]), _Layout(x))
             f = self.stage_fn(s, plan, targets_tree)
             outputs, aux = jax.eval_shape(lambda p_, x_, t_: f(p_, *_partition(diff, x_), t_), p, x, t)
             plan.outputs, plan.aux = _Layout(outputs), aux

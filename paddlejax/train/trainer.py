@@ -117,7 +117,12 @@ def _local_rows(out: jax.Array) -> np.ndarray:
 class _PipelineStep:
     """The pipeline-parallel part of a Trainer's step: the training program split into stages,
     loss and gradients from :class:`~paddlejax.distributed.pipeline.PipelineRunner`, and the
-    optimizer update (with ZeRO-1, on the optimizer state sharded over every device)."""
+    optimizer update (with ZeRO-1, on the optimizer state sharded over every device).
+
+    The parameters stay packed by stage (:class:`~paddlejax.distributed.pipeline.StageParams`)
+    and sharded over ``"pp"``: each stage's on its own devices, and the optimizer state with
+    them. The packed buffers also hold slots for the state the forward pass updates, refilled
+    from the Trainer's ``extra`` at every step."""
 
     def __init__(self, strategy):
         from paddlejax.distributed.mesh import make_mesh
@@ -126,19 +131,39 @@ class _PipelineStep:
         self.micro_batches = strategy.pipeline.micro_batches
         self.mesh = make_mesh(strategy)
         self.stages = None
-        self.zero = None  # the FlatLayout of the parameters, under ZeRO-1
+        self.layout = None  # the StageParams of every value the stages read
+        self.names = self.trained = None  # the trainable parameters, and the mask of their slots
+        self.zero = None  # the FlatLayout of the packed parameters, under ZeRO-1
 
-    def init(self, params: dict, tx: optax.GradientTransformation) -> dict:
-        """The state ``{"params", "opt", "merge"}``: the optimizer state whole, or (ZeRO-1) of
-        the flat parameter vector, sharded over every device of the mesh."""
+    def init(self, params: dict, values: dict, tx: optax.GradientTransformation) -> dict:
+        """The state ``{"params", "opt", "merge"}`` for the trainable ``params`` among ``values``
+        (every value of the program): the packed parameters, and the optimizer state shaped like
+        them or (ZeRO-1) of their flat vector, sharded over every device of the mesh."""
+        from paddlejax.distributed.pipeline import StageParams
+
+        self.layout = StageParams(self.stages, values)
+        self.names, self.trained = sorted(params), self.layout.mask(params)
+        packed = jax.device_put(self.layout.pack(values), self._rows)
         if not self.strategy.sharding.stage:
-            return {"params": params, "opt": tx.init(params), "merge": {}}
-        from paddlejax.distributed.zero import FlatLayout
+            opt = tx.init(packed)
+            rows = {v.shape for v in packed.values()}
+            place = lambda leaf: self._rows if jnp.shape(leaf) in rows else self._whole  # noqa: E731
+        else:
+            from paddlejax.distributed.zero import FlatLayout
 
-        self.zero = FlatLayout(params, self.mesh.size)
-        opt = tx.init(self.zero.shard(params))
-        place = lambda leaf: self._sharded if jnp.shape(leaf) == (self.zero.length,) else self._whole  # noqa: E731
-        return {"params": params, "opt": jax.device_put(opt, jax.tree.map(place, opt)), "merge": {}}
+            self.zero = FlatLayout(packed, self.mesh.size)
+            opt = tx.init(self.zero.shard(packed))
+            place = lambda leaf: self._sharded if jnp.shape(leaf) == (self.zero.length,) else self._whole  # noqa: E731
+        return {"params": packed, "opt": jax.device_put(opt, jax.tree.map(place, opt)), "merge": {}}
+
+    def params(self, packed: dict) -> dict:
+        """The trainable parameters by name from their packed form."""
+        values = self.layout.unpack(packed)
+        return {n: values[n] for n in self.names}
+
+    @property
+    def _rows(self):
+        return NamedSharding(self.mesh, P("pp"))
 
     @property
     def _sharded(self):
@@ -155,14 +180,14 @@ class _PipelineStep:
         if self.zero is None:
             deltas, opt = tx.update(grads, opt, params)
             return optax.apply_updates(params, deltas), opt
-        # whole, then flattened and sharded: the sharding must not spread back into other uses of the
-        # parameters (the stages' inputs, the metrics' forward pass), which XLA would then regather
-        whole = lambda tree: lax.with_sharding_constraint(tree, self._whole)  # noqa: E731
-        flat = lambda tree: lax.with_sharding_constraint(self.zero.shard(whole(tree)), self._sharded)  # noqa: E731
+        # by stage, then flattened and sharded: the sharding must not spread back into other uses of
+        # the parameters (the stages' inputs, the metrics' forward pass), which XLA would then regather
+        rows = lambda tree: lax.with_sharding_constraint(tree, self._rows)  # noqa: E731
+        flat = lambda tree: lax.with_sharding_constraint(self.zero.shard(rows(tree)), self._sharded)  # noqa: E731
         flat_params = flat(params)
         deltas, opt = tx.update(flat(grads), opt, flat_params)
         new = lax.with_sharding_constraint(optax.apply_updates(flat_params, deltas), self._whole)
-        return lax.with_sharding_constraint(self.zero.tree(new), self._whole), opt
+        return rows(self.zero.tree(new)), opt
 
     def split(self, program: Program) -> None:
         """Split the training program (``(outputs, updates)``) into the strategy's stages."""
@@ -182,15 +207,18 @@ class _PipelineStep:
                 raise ValueError(f"Trainer: batch size {n} is not divisible by strategy.pipeline.micro_batches="
                                  f"{self.micro_batches}{times}")
 
-    def value_and_grad(self, loss_fn, params, inputs, labels):
+    def value_and_grad(self, loss_fn, packed, extra, inputs, labels):
         """``((loss, updates), grads)`` of ``loss_fn(program outputs, labels) -> (loss, updates)``
-        averaged over the micro-batches (the state updates' floating-point leaves too)."""
+        averaged over the micro-batches (the state updates' floating-point leaves too), for the
+        ``packed`` parameters with ``extra`` in its slots; the gradients packed, zero outside the
+        trainable parameters' slots."""
         from paddlejax.distributed.pipeline import PipelineRunner
 
         runner = PipelineRunner(self.stages, loss_fn, micro_batches=self.micro_batches,
                                 schedule=self.strategy.pipeline.schedule, recompute=self.strategy.recompute,
                                 mesh=self.mesh, has_aux=True)
-        return runner.value_and_grad(params, tuple(inputs), labels)
+        loss, grads, _ = runner.run_packed(self.layout, self.layout.place(packed, extra), tuple(inputs), labels)
+        return loss, jax.tree.map(lambda g, trained: jnp.where(trained, g, 0), grads, self.trained)
 
 
 class Trainer:
@@ -242,8 +270,10 @@ class Trainer:
             ``micro_batches`` times the data-parallel size. State the forward pass updates
             (batch-norm running statistics) becomes the mean of the micro-batches' updates, as
             data parallelism takes the replicas' mean. The stages may span processes; every
-            process then passes the whole batch. ZeRO stage 1 combines with a pipeline: the
-            optimizer state is sharded over every device of the mesh.
+            process then passes the whole batch. Between steps each stage's parameters and their
+            optimizer state stay on that stage's devices (``state["params"]`` packs them by stage,
+            one row per stage). ZeRO stage 1 combines with a pipeline: the optimizer state is
+            sharded over every device of the mesh.
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
@@ -367,7 +397,7 @@ class Trainer:
         if self.dp is not None:
             placed = self.dp.init(params, self.tx)
         elif self.pipeline is not None:
-            placed = self.pipeline.init(params, self.tx)
+            placed = self.pipeline.init(params, values, self.tx)
         else:
             placed = {"params": params, "opt": self.tx.init(params), "merge": {}}
         self.state = {
@@ -478,14 +508,15 @@ class Trainer:
             outputs, updates = out
             return self.loss_fn(outputs, labels).astype(jnp.float32) * scale.scale, updates
 
-        (loss, updates), grads = self.pipeline.value_and_grad(loss_fn, {**state["params"], **extra}, inputs, labels)
+        (loss, updates), grads = self.pipeline.value_and_grad(loss_fn, state["params"], extra, inputs, labels)
         loss = loss / scale.scale
-        grads = scale.unscale({n: grads[n] for n in state["params"]})
+        grads = scale.unscale(grads)
         finite = all_finite(grads) & jnp.isfinite(loss)
         params, opt = self.pipeline.update(self.tx, grads, state["opt"], state["params"])
         outputs = None
         if self.metrics:
-            outputs = self.train_program.apply(lax.stop_gradient({**state["params"], **extra}), *inputs)[0]
+            outputs = self.train_program.apply(lax.stop_gradient({**self._params(state["params"]), **extra}),
+                                               *inputs)[0]
         return (params, opt, {}), updates, loss, self._batch_sums(outputs, labels, loss), finite
 
     def _commit(self, state, sums, trained, updates, loss, batch, finite):
@@ -507,7 +538,9 @@ class Trainer:
         return new_state, jax.tree.map(jnp.add, sums, batch), loss, finite
 
     def _params(self, params) -> dict:
-        """Parameters as a dict (ZeRO-3 keeps them as a sharded flat vector)."""
+        """Parameters as a dict (ZeRO-3 keeps them as a sharded flat vector, a pipeline packed by stage)."""
+        if self.pipeline is not None:
+            return self.pipeline.params(params)
         return self.dp.full_params(params) if self.dp is not None else params
 
     def _weights(self, state) -> dict:

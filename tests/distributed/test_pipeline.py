@@ -102,6 +102,32 @@ def test_parameters_placed_on_the_mesh_give_the_same_numbers_with_any_loss(data)
     assert_close(grads, ref_grads)
 
 
+def test_parameters_kept_packed_by_stage_give_the_same_numbers_and_shared_ones_their_summed_gradient(data):
+    """A weight used by the first and the last stage sits in both of their rows; each copy's
+    gradient is the sum of both stages', which is the sequential model's gradient."""
+    from paddlejax.distributed.pipeline import StageParams
+
+    x, y, _, _ = data
+
+    def tied(p, x):
+        x = pj.ops.linear(x, p["w"], act="tanh")
+        for i in range(2):
+            x = pj.ops.linear(x, p[f"w{i}"], act="tanh")
+        return pj.ops.linear(pj.ops.linear(x, p["w"]), p["head"])
+
+    p = {k: v for k, v in params().items() if k in ("w0", "w1", "head")} | {"w": params(1)["w0"]}
+    runner = PipelineRunner(split_stages(pj.trace(tied, pj.InputSpec((None, 8)), params=p), S), loss_fn,
+                            micro_batches=M)
+    layout = StageParams(runner.split, p)
+    assert layout.shared == {"w"} and "w" in layout.names[0] and "w" in layout.names[-1]
+    loss, packed_grads, _ = jax.jit(runner.run_packed, static_argnums=0)(layout, layout.pack(p), x, y)
+    ref_loss, ref_grads = jax.value_and_grad(lambda p: loss_fn(tied(p, x), y))(p)
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-5)
+    assert_close(layout.unpack(packed_grads), ref_grads)
+    last = dict(zip(layout.names[-1], layout.layouts[-1].unpack({k: v[-1] for k, v in packed_grads.items()})))
+    assert_close({"w": last["w"]}, {"w": ref_grads["w"]})  # the last stage's copy too
+
+
 def test_schedules_order_the_work():
     gpipe, one_f_one_b = make_schedule("gpipe", 3, 4), make_schedule("1f1b", 3, 4)
     assert gpipe.timeline() == (
@@ -183,6 +209,10 @@ def test_trainer_with_a_pipeline_strategy_trains_as_on_one_device(one_device, sc
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     got = state_dict(trainer.model)
     assert_close(got, want)
+    # between steps each device holds its stage's parameters (and their optimizer state) only: the
+    # largest stage's 272 of the 739 floats
+    for leaf in (trainer.state["params"]["float32"], trainer.state["opt"][0].mu["float32"]):
+        assert leaf.shape == (4, 272) and {s.data.shape for s in leaf.addressable_shards} == {(1, 272)}
     assert not np.allclose(got["0.weight"], state_dict(mlp())["0.weight"])  # it did train
     assert trainer.evaluate((np.ones((4, 8), np.float32), np.zeros(4, np.int32)))["acc"] >= 0
 
@@ -194,9 +224,9 @@ def test_zero1_with_a_pipeline_shards_the_optimizer_state_over_every_device(one_
     assert "Involuntary full rematerialization" not in capfd.readouterr().err
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     assert_close(state_dict(trainer.model), want)
-    # 739 parameters, each tensor padded to a multiple of 8: 744 floats, 93 on each of the 8 devices
+    # the parameters packed by stage: 4 rows of the largest stage's 272, 1,088 floats, 136 on each device
     mu = trainer.state["opt"][0].mu
-    assert mu.shape == (744,) and {s.data.shape for s in mu.addressable_shards} == {(93,)}
+    assert mu.shape == (1088,) and {s.data.shape for s in mu.addressable_shards} == {(136,)}
 
 
 class Marked(nn.Layer):
