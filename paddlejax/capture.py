@@ -105,10 +105,13 @@ def _module_function(module):
     leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
     names = [_path_name(p) for p, _ in leaves]
     variables = [v for _, v in leaves]
-    params = {n: v.get_value() for n, v in zip(names, variables) if _is_numeric(v.get_value())}
+    # a module may also hold plain arrays (not Variables): they are state too
+    values = [v.get_value() if isinstance(v, nnx.Variable) else v for v in variables]
+    params = {n: x for n, x in zip(names, values) if _is_numeric(x)}
 
     def call(p, *inputs):
-        new = [v.replace(p[n]) if n in p else v for n, v in zip(names, variables)]
+        new = [v if n not in p else v.replace(p[n]) if isinstance(v, nnx.Variable) else p[n]
+               for n, v in zip(names, variables)]
         return nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, new))(*inputs)
 
     return call, params, type(module).__name__

@@ -50,6 +50,20 @@ def test_nnx_module_parameters_are_named_by_path():
     np.testing.assert_allclose(prog(x), net(x), atol=1e-6)
 
 
+def test_plain_arrays_held_by_a_module_are_captured_with_its_variables():
+    class Shift(nnx.Module):
+        def __init__(self):
+            self.scale = nnx.Param(jnp.full(3, 2.0))
+            self.offset = jnp.arange(3.0)  # not a Variable: once an AttributeError in capture
+
+        def __call__(self, x):
+            return x * self.scale + self.offset
+
+    prog = pj.trace(Shift(), jnp.ones(3))
+    assert sorted(prog.params) == ["offset", "scale"]
+    np.testing.assert_array_equal(prog(jnp.ones(3)), [2.0, 3.0, 4.0])
+
+
 def test_explicit_params_for_plain_functions_and_closed_over_constants():
     table = jnp.arange(4.0)
 
