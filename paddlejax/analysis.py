@@ -83,6 +83,8 @@ def op_flops(op: Op, env: dict) -> int:
         if op.type == "scan":
             return inner[0] * int(resolve(op.attrs["length"], env))
         return sum(inner)
+    if op.type in ("custom_jvp", "custom_vjp"):  # a forward call runs the primal block
+        return sum(op_flops(o, env) for o in op.blocks[0].ops)
     if op.type.startswith("lax."):
         name = op.type[4:]
         if name == "dot_general":
