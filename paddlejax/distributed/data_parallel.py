@@ -71,6 +71,23 @@ def merge_gradients(tx: optax.GradientTransformation, k_steps: int, avg: bool = 
     return optax.MultiSteps(inner, every_k_schedule=k_steps)
 
 
+def clip_by_norm_of(max_norm: float, squared_norm: Callable) -> optax.GradientTransformation:
+    """``optax.clip_by_global_norm`` with the squared global norm of the updates given by
+    ``squared_norm(updates)``: for gradients that are not the whole gradient as they stand (a
+    device's slice, copies of one parameter).
+
+    >>> import jax.numpy as jnp
+    >>> clip = clip_by_norm_of(1.0, lambda g: 4 * jnp.sum(g["w"] ** 2))  # "w" stands for four copies
+    >>> [round(v, 3) for v in clip.update({"w": jnp.array([3.0, 4.0])}, clip.init(None))[0]["w"].tolist()]
+    [0.3, 0.4]
+    """
+    def update(updates, state, params=None):
+        norm = jnp.sqrt(squared_norm(updates))
+        return jax.tree.map(lambda g: jnp.where(norm < max_norm, g, g / (norm / max_norm)), updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
 def _unmerged(tx: optax.GradientTransformation) -> optax.GradientTransformation:
     """The optimizer of ``fleet.distributed_optimizer(tx)`` without its own gradient merge
     (:class:`DataParallel` merges before communicating), or ``tx`` itself."""
@@ -276,15 +293,8 @@ class DataParallel:
         norm is summed over the devices)."""
         if not self.stage:
             return optax.clip_by_global_norm(max_norm)
-        axes = self.axes
-
-        def update(updates, state, params=None):
-            sq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(updates))
-            norm = jnp.sqrt(lax.psum(sq, axes))
-            updates = jax.tree.map(lambda g: jnp.where(norm < max_norm, g, g / (norm / max_norm)), updates)
-            return updates, state
-
-        return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+        return clip_by_norm_of(max_norm, lambda updates: lax.psum(
+            sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(updates)), self.axes))
 
     def check_batch_norm(self, program) -> str | None:
         """Which batch norm a training ``program`` uses under this data parallelism: ``"sync"``

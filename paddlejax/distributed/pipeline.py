@@ -324,13 +324,17 @@ class StageParams:
                 out[n] = out[n] + v if add_copies and n in out else out.get(n, v)
         return out
 
-    def mask(self, names) -> dict:
-        """``{dtype: bool [S, capacity]}``: True at every slot of ``names`` (a numpy constant)."""
+    def mask(self, names, repeats: bool = False) -> dict:
+        """``{dtype: bool [S, capacity]}`` (a numpy constant): True at every slot of ``names``, or
+        with ``repeats`` only at their second and later copies (what a sum over the packed form
+        must leave out to count each parameter once)."""
         out = {k: np.zeros((len(self.names), n), bool) for k, n in self.capacity.items()}
+        seen = set()
         for s, (stage_names, layout) in enumerate(zip(self.names, self.layouts)):
             for n, x, offset in zip(stage_names, layout.structs, layout.offsets):
-                if n in names:
+                if n in names and (n in seen or not repeats):
                     out[x.dtype.name][s, offset:offset + math.prod(x.shape)] = True
+                seen.add(n)
         return out
 
     def place(self, packed: dict, values: dict) -> dict:

@@ -165,6 +165,20 @@ class _PipelineStep:
     def _rows(self):
         return NamedSharding(self.mesh, P("pp"))
 
+    def clip_by_global_norm(self, max_norm: float) -> optax.GradientTransformation:
+        """``optax.clip_by_global_norm`` of the packed gradients (or, under ZeRO-1, their flat
+        vector) that counts a parameter several stages share once, not once per copy."""
+        from paddlejax.distributed.data_parallel import clip_by_norm_of
+
+        def squared_norm(updates):
+            repeats = self.layout.mask(self.layout.shared, repeats=True)
+            if self.zero is not None:
+                repeats = self.zero.shard(repeats)
+            return sum(jnp.sum(jnp.where(r, 0, jnp.square(g))) for g, r in
+                       zip(jax.tree.leaves(updates), jax.tree.leaves(repeats)))
+
+        return clip_by_norm_of(max_norm, squared_norm)
+
     @property
     def _sharded(self):
         return NamedSharding(self.mesh, P(self.mesh.axis_names))
@@ -311,6 +325,7 @@ class Trainer:
         clip = optax.clip_by_global_norm
         if strategy is not None and strategy.pp_size > 1:
             self.pipeline = _PipelineStep(strategy)
+            clip = self.pipeline.clip_by_global_norm
         elif strategy is not None:
             from paddlejax.distributed import DataParallel
 

@@ -229,6 +229,31 @@ def test_zero1_with_a_pipeline_shards_the_optimizer_state_over_every_device(one_
     assert mu.shape == (1088,) and {s.data.shape for s in mu.addressable_shards} == {(136,)}
 
 
+def test_a_layer_two_stages_share_trains_as_on_one_device_under_gradient_clipping():
+    """Its weights sit in both stages' rows: each copy gets the summed gradient and the clip's
+    norm counts them once."""
+    def tied():
+        nn.seed(0)
+        shared = nn.Linear(8, 8)
+        return nn.Sequential(shared, nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), shared,
+                             nn.Linear(8, 3))
+
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(2, BATCH, 8)).astype(np.float32), rng.integers(0, 3, (2, BATCH)).astype(np.int32)
+    results = []
+    for strategy in (None, pipelined(), pipelined(sharding={"stage": 1})):
+        trainer = pj.Trainer(tied(), optax.sgd(0.5), grad_clip=0.05, progress=False, strategy=strategy)
+        losses = [trainer.train_batch((x[i],), y[i]) for i in range(2)]
+        trainer.sync_model()
+        results.append((losses, state_dict(trainer.model)))
+        if strategy is not None:
+            assert trainer.pipeline.layout.shared == {"0.bias", "0.weight"}
+    (want_losses, want), *pipelines = results
+    for losses, got in pipelines:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+        assert_close(got, want)
+
+
 class Marked(nn.Layer):
     """Two stages cut by a mark: the first linear layer, then the rest."""
 
