@@ -124,10 +124,10 @@ class _PipelineStep:
     them. The packed buffers also hold slots for the state the forward pass updates, refilled
     from the Trainer's ``extra`` at every step."""
 
-    def __init__(self, strategy):
+    def __init__(self, strategy, optimizer: optax.GradientTransformation | None = None):
         from paddlejax.distributed.mesh import make_mesh
 
-        self.strategy, self.num_stages = strategy, strategy.pp_size
+        self.strategy, self.num_stages, self.optimizer = strategy, strategy.pp_size, optimizer
         self.micro_batches = strategy.pipeline.micro_batches
         self.mesh = make_mesh(strategy)
         self.stages = None
@@ -144,17 +144,42 @@ class _PipelineStep:
         self.layout = StageParams(self.stages, values)
         self.names, self.trained = sorted(params), self.layout.mask(params)
         packed = jax.device_put(self.layout.pack(values), self._rows)
-        if not self.strategy.sharding.stage:
+        if self.strategy.sharding.stage:
+            from paddlejax.distributed.zero import FlatLayout
+
+            self.zero = FlatLayout(packed, self.mesh.size)
+        if self.optimizer is not None:
+            self._check_optimizer(params, values)
+        if self.zero is None:
             opt = tx.init(packed)
             rows = {v.shape for v in packed.values()}
             place = lambda leaf: self._rows if jnp.shape(leaf) in rows else self._whole  # noqa: E731
         else:
-            from paddlejax.distributed.zero import FlatLayout
-
-            self.zero = FlatLayout(packed, self.mesh.size)
             opt = tx.init(self.zero.shard(packed))
             place = lambda leaf: self._sharded if jnp.shape(leaf) == (self.zero.length,) else self._whole  # noqa: E731
         return {"params": packed, "opt": jax.device_put(opt, jax.tree.map(place, opt)), "merge": {}}
+
+    def _check_optimizer(self, params: dict, values: dict) -> None:
+        """Raise ``ValueError`` unless the user's optimizer updates the packed parameters (under
+        ZeRO-1 their flat vector) as it updates them by name: probed once, with gradients large
+        enough for any clip to act."""
+        tx, rng = self.optimizer, np.random.default_rng(0)
+        grads = {n: jnp.asarray(rng.normal(size=np.shape(p)) * 1e6, jnp.result_type(p)) for n, p in params.items()}
+        want = tx.update(grads, tx.init(params), params)[0]
+        packed = [self.layout.pack({**jax.tree.map(jnp.zeros_like, values), **tree}) for tree in (values, grads)]
+        packed = [self.zero.shard(tree) for tree in packed] if self.zero is not None else packed
+        message = ("Trainer: a pipeline runs the optimizer on the parameters packed by stage (one buffer per dtype"
+                   f"{', flattened for ZeRO-1' if self.zero is not None else ''}), where this one updates them "
+                   "otherwise than parameter by parameter (it reads names or shapes, or a norm across parameters "
+                   "some stages share: optax.masked, adafactor, lamb, a clip in the chain); use an element-wise "
+                   "optimizer (sgd, momentum, adam, adamw) with Trainer(grad_clip=..., weight_decay=...)")
+        try:
+            got = tx.update(packed[1], tx.init(packed[0]), packed[0])[0]
+        except Exception as e:  # whatever it raises on the packed form, it cannot run there
+            raise ValueError(message) from e
+        got = self.params(self.zero.tree(got) if self.zero is not None else got)
+        if any(np.max(np.abs(got[n] - want[n]) / (np.abs(want[n]) + 1e-30)) > 1e-4 for n in want):
+            raise ValueError(message)
 
     def params(self, packed: dict) -> dict:
         """The trainable parameters by name from their packed form."""
@@ -324,7 +349,7 @@ class Trainer:
         self.batch_norm = None  # under data parallelism: "sync", "local" (per device) or None (no batch norm)
         clip = optax.clip_by_global_norm
         if strategy is not None and strategy.pp_size > 1:
-            self.pipeline = _PipelineStep(strategy)
+            self.pipeline = _PipelineStep(strategy, optimizer)
             clip = self.pipeline.clip_by_global_norm
         elif strategy is not None:
             from paddlejax.distributed import DataParallel

@@ -254,6 +254,33 @@ def test_a_layer_two_stages_share_trains_as_on_one_device_under_gradient_clippin
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("optimizer", [
+    optax.adafactor(0.01), optax.lamb(0.01),
+    optax.masked(optax.sgd(0.1), lambda p: {n: n.endswith("weight") for n in p}),
+], ids=["adafactor", "lamb", "masked"])
+@pytest.mark.parametrize("zero", [0, 1])
+def test_an_optimizer_that_reads_parameters_by_name_or_shape_is_refused_by_a_pipeline(optimizer, zero):
+    x, y = np.ones((BATCH, 8), np.float32), np.zeros(BATCH, np.int32)
+    trainer = pj.Trainer(mlp(), optimizer, progress=False, strategy=pipelined(sharding={"stage": zero}))
+    with pytest.raises(ValueError, match=r"packed by stage .* use an element-wise optimizer .*grad_clip"):
+        trainer.train_batch((x,), y)
+
+
+def test_a_clip_in_the_optimizer_chain_is_exact_in_a_pipeline_unless_stages_share_a_parameter():
+    x, y = np.ones((BATCH, 8), np.float32), np.zeros(BATCH, np.int32)
+    clipped = optax.chain(optax.clip_by_global_norm(0.05), optax.sgd(0.5))
+    one = pj.Trainer(mlp(), clipped, progress=False)
+    many = pj.Trainer(mlp(), clipped, progress=False, strategy=pipelined())
+    one.train_batch((x,), y), many.train_batch((x,), y)
+    one.sync_model(), many.sync_model()
+    assert_close(state_dict(many.model), state_dict(one.model))
+    nn.seed(0)
+    shared = nn.Linear(8, 8)
+    tied = nn.Sequential(shared, nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), shared)
+    with pytest.raises(ValueError, match="packed by stage"):  # its norm would count the shared weight twice
+        pj.Trainer(tied, clipped, progress=False, strategy=pipelined()).train_batch((x,), y)
+
+
 class Marked(nn.Layer):
     """Two stages cut by a mark: the first linear layer, then the rest."""
 
