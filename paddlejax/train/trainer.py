@@ -346,7 +346,6 @@ class Trainer:
         self.strategy = strategy
         self.dp = self.pipeline = None
         self.batch_norm = None  # under data parallelism: "sync", "local" (per device) or None (no batch norm)
-        self.batch_norm = None  # under data parallelism: "sync", "local" (per device) or None (no batch norm)
         clip = optax.clip_by_global_norm
         if strategy is not None and strategy.pp_size > 1:
             self.pipeline = _PipelineStep(strategy, optimizer)
@@ -426,8 +425,6 @@ class Trainer:
         self.eval_program = self._static(train=False)
         if self.pipeline is not None:
             self.pipeline.split(self.train_program)
-        if self.dp is not None:
-            self.batch_norm = self.dp.check_batch_norm(self.train_program)
         if self.dp is not None:
             self.batch_norm = self.dp.check_batch_norm(self.train_program)
         # state added by the passes (not a model variable) is carried like batch-norm statistics
