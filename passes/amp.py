@@ -41,7 +41,7 @@ BLACK = frozenset({"softmax", "log_softmax", "cross_entropy", "reduce_sum", "red
                    "lax.reduce_sum", "lax.reduce_prod", "lax.cumsum", "lax.cumprod", "lax.exp",
                    "lax.exp2", "lax.log", "lax.log1p", "lax.expm1", "lax.pow", "lax.integer_pow",
                    "lax.square", "lax.sqrt", "lax.rsqrt", "lax.div", "lax.erf_inv", "lax.reduce_precision"})
-NORM = frozenset({"batch_norm", "layer_norm", "group_norm"})
+NORM = frozenset({"batch_norm", "sync_batch_norm", "layer_norm", "group_norm"})
 # Ops whose inputs may have any float dtype and whose result dtype is fixed by an attribute.
 CONVERTS = frozenset({"cast", "lax.convert_element_type"})
 

@@ -170,3 +170,15 @@ def test_convert_sync_batchnorm_replaces_every_batch_norm_keeping_its_state():
     assert [n for n, _ in model.named_parameters()] == names
     bn = nn.BatchNorm2D(2)
     assert type(nn.SyncBatchNorm.convert_sync_batchnorm(bn)) is nn.SyncBatchNorm
+
+
+def test_mixed_precision_keeps_sync_batch_norm_statistics_in_float32_as_batch_norm():
+    import paddlejax as pj
+    from paddlejax.passes import PassManager
+
+    for bn in (nn.BatchNorm2D(3), nn.SyncBatchNorm(3)):
+        model = nn.Sequential(nn.Conv2D(3, 3, 1), bn)
+        program = PassManager(["amp{dtype=bfloat16}"]).run(
+            pj.to_static(model, pj.InputSpec((None, 3, 2, 2)), train=True), training=True)
+        [norm] = [op for op in program.walk() if op.type.endswith("batch_norm")]
+        assert [v.type.dtype for v in norm.operands] == ["bfloat16"] + ["float32"] * 4, norm.type
