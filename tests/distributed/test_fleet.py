@@ -40,3 +40,23 @@ def test_errors():
     with pytest.raises(ValueError, match="pipeline parallelism"):
         pj.Trainer(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1),
                    strategy=Strategy(pp_degree=2, sharding={"stage": 2}))
+
+
+def test_fleet_trains_a_batch_norm_model_with_the_statistics_of_the_whole_batch():
+    from paddlejax import nn
+
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(16, 4)).astype("float32"), rng.integers(0, 2, 16).astype("int32")
+
+    def model():
+        nn.seed(0)
+        return nn.Sequential(nn.Linear(4, 8, bias_attr=False), nn.SyncBatchNorm(8), nn.ReLU(), nn.Linear(8, 2))
+
+    fleet.init(Strategy())
+    trainer = pj.Trainer(fleet.distributed_model(model()), fleet.distributed_optimizer(optax.sgd(0.1)),
+                         progress=False)
+    one = pj.Trainer(model(), optax.sgd(0.1), progress=False)
+    np.testing.assert_allclose(trainer.train_batch((x,), y), one.train_batch((x,), y), rtol=1e-6)
+    assert trainer.dp is not None and trainer.batch_norm == "sync"
+    trainer.sync_model(), one.sync_model()
+    np.testing.assert_allclose(trainer.model[1].variance[...], one.model[1].variance[...], rtol=1e-6)
