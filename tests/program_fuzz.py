@@ -59,17 +59,38 @@ def _lax_mix(p, x):
     return jnp.concatenate([chosen, jax.lax.dynamic_slice(h, (0, 1), (2, 2))], axis=1), jnp.argmax(h, axis=1)
 
 
+@jax.custom_vjp
+def _clip_gradient(x):
+    return x
+
+
+_clip_gradient.defvjp(lambda x: (x, None), lambda _, g: (jnp.clip(g, -0.1, 0.1),))
+
+
+def _custom_rules(x):
+    return _clip_gradient(jax.nn.relu(x) * jax.nn.softplus(x)).sum(axis=1)
+
+
 def seed_programs() -> dict[str, pj.Program]:
     w = jax.random.normal(jax.random.PRNGKey(0), (3, 4))
-    return {"cnn": _cnn(), "lax_mix": pj.trace(_lax_mix, jnp.ones((2, 3)), params={"w": w})}
+    return {"cnn": _cnn(), "lax_mix": pj.trace(_lax_mix, jnp.ones((2, 3)), params={"w": w}),
+            "custom_rules": pj.trace(_custom_rules, pj.InputSpec((None, 3)))}
 
 
-def _inputs(prog: pj.Program) -> list:
-    out = []
-    for v in prog.inputs:
-        shape = tuple(2 if isinstance(d, str) else d for d in v.type.shape)
-        out.append(np.ones(shape, jnp.dtype(v.type.dtype)))
-    return jax.tree_util.tree_unflatten(prog.in_tree, out)
+def _exercise(prog: pj.Program) -> None:
+    """Run ``prog`` on inputs made from its declared types, and differentiate its floating
+    outputs with respect to its floating inputs (derivative rules run only then)."""
+    flat = [np.ones(tuple(2 if isinstance(d, str) else d for d in v.type.shape), jnp.dtype(v.type.dtype))
+            for v in prog.inputs]
+
+    def total(*xs):
+        outs = jax.tree_util.tree_leaves(prog(*jax.tree_util.tree_unflatten(prog.in_tree, list(xs))))
+        return sum(jnp.sum(o.astype(jnp.float32)) for o in outs if jnp.issubdtype(o.dtype, jnp.floating))
+
+    jax.block_until_ready(total(*flat))
+    floating = tuple(i for i, x in enumerate(flat) if jnp.issubdtype(x.dtype, jnp.floating))
+    if floating:
+        jax.block_until_ready(jax.grad(total, argnums=floating)(*flat))
 
 
 def _nodes(doc):
@@ -180,7 +201,7 @@ def run(seed: int, cases: int, verbose: bool = False) -> dict:
             counts["unchanged"] += 1  # the mutation did not change the program (whitespace, a loc …)
             continue
         try:
-            jax.block_until_ready(prog(*_inputs(prog)))
+            _exercise(prog)
             counts["ran"] += 1
         except Exception as e:
             counts["failures"].append(f"{label}: loaded but failed to run: {type(e).__name__}: {str(e)[:300]}")

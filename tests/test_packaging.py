@@ -65,10 +65,13 @@ def test_core_traces_saves_loads_runs_and_trains_without_the_extras(tmp_path):
 def test_features_that_need_an_extra_name_it():
     out = run_without_extras("""
         import paddlejax as pj
+        from paddlejax.cli import inspect
+        from paddlejax.distributed import pipeline
 
         for make in (lambda: pj.data.Digits(), lambda: pj.data.BBCNews(),
                      lambda: pj.train.History().plot("curves.png"), lambda: pj.train.TensorBoard("logs"),
-                     lambda: __import__("paddlejax.cli.inspect").cli.inspect._plot([1], "m.png", "m")):
+                     lambda: inspect._plot([1], "m.png", "m"),
+                     lambda: pipeline.plot_timeline(pipeline.make_schedule("gpipe", 2, 2))):
             try:
                 make()
             except ImportError as e:
@@ -80,6 +83,7 @@ def test_features_that_need_an_extra_name_it():
         "History.plot needs matplotlib: pip install 'paddlejax[plot]'",
         "pj.train.TensorBoard needs tensorboardX: pip install 'paddlejax[plot]'",
         "inspect --plot needs matplotlib: pip install 'paddlejax[plot]'",
+        "plot_timeline needs matplotlib: pip install 'paddlejax[plot]'",
     ]
 
 

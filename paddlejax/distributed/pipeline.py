@@ -207,7 +207,9 @@ def bubble(schedule: Schedule, work=None) -> Bubble:
 def plot_timeline(schedule: Schedule, work=None, ax=None):
     """Draw the schedule (stages on y, ticks on x; forwards blue, backwards orange) with
     matplotlib; returns the axes."""
-    import matplotlib.pyplot as plt
+    from paddlejax._extras import require
+
+    plt = require("matplotlib.pyplot", extra="plot", feature="plot_timeline")
 
     kinds = schedule.kind.T if work is None else np.asarray(work)
     ax = ax or plt.subplots(figsize=(max(6, schedule.ticks * 0.3), 0.5 * schedule.num_stages + 1))[1]
