@@ -54,8 +54,10 @@ MIGRATIONS: dict[int, Any] = {1: _bind_tensors_v1}
 _ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
               "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
               "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL",
-              "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+              "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "complex64": "C64"}
 _NP_DTYPES = {v: k for k, v in _ST_DTYPES.items()}
+# Values inside a program may also be complex128, which safetensors cannot store.
+_VALUE_DTYPES = frozenset(_ST_DTYPES) | {"complex128"}
 
 
 class ProgramFormatError(ValueError):
@@ -161,7 +163,11 @@ def save(program: Program, path) -> None:
     tensors = {}
     for prefix, arrays in (("params", program.used_params()), ("constants", program.used_constants())):
         for name, value in arrays.items():
-            tensors[f"{prefix}/{name}"] = np.require(np.asarray(value), requirements="C")  # 0-d stays 0-d
+            array = np.require(np.asarray(value), requirements="C")  # 0-d stays 0-d
+            if array.dtype.name not in _ST_DTYPES:
+                raise ValueError(f"cannot save {prefix[:-1]} '{name}' of dtype {array.dtype.name}: a tensor "
+                                 f"file holds {', '.join(_ST_DTYPES)}")
+            tensors[f"{prefix}/{name}"] = array
     st_bytes = safetensors.numpy.save(tensors, metadata={"format": "paddlejax.tensors"})
     doc = json.dumps(to_json(program, st_bytes), indent=1, allow_nan=False).encode()
     files.write_together({st_path: st_bytes, json_path: doc})
@@ -204,7 +210,7 @@ class _Doc:
                 cls.need(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 62,
                          where, f"bad dimension {d!r}")
             dims.append(d)
-        cls.need(isinstance(dtype, str) and dtype in _ST_DTYPES, where, f"unsupported dtype {dtype!r}")
+        cls.need(isinstance(dtype, str) and dtype in _VALUE_DTYPES, where, f"unsupported dtype {dtype!r}")
         return TensorType(tuple(dims), dtype)
 
 

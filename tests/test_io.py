@@ -451,3 +451,10 @@ def test_a_symbolic_size_must_name_an_input_symbol(tmp_path):
     edit(tmp_path / "m", lambda d: _op(d, "scan")["attrs"].update(length={"dim": "unknown"}))
     with pytest.raises(ProgramFormatError, match="unknown dimension symbol 'unknown'"):
         pj.load(tmp_path / "m")
+
+
+def test_complex_values_and_complex64_tensors_round_trip(tmp_path):
+    c = np.array([1 + 2j, 3j], np.complex64)
+    prog = pj.trace(lambda a: (jnp.linalg.eigvals(a).real.sum() * c).real, 2 * jnp.eye(2))
+    pj.save(prog, tmp_path / "m")
+    np.testing.assert_allclose(pj.load(tmp_path / "m")(2 * jnp.eye(2)), [4.0, 0.0])

@@ -100,9 +100,10 @@ def test_pretrained_loads_a_local_weights_file(model, reloads_pretrained):
 
 def test_a_few_steps_fit_one_batch():
     nn.seed(0)
-    x = np.random.default_rng(1).normal(size=(4, 3, 32, 32)).astype(np.float32)
-    y = np.array([0, 1, 2, 3], np.int32)
-    trainer = pj.Trainer(mobilenet_v2(scale=0.35, num_classes=4), optax.adam(1e-3), progress=False)
+    # eight rows: batch statistics of four rows at the 1x1 last stage made the loss jump about
+    x = np.random.default_rng(1).normal(size=(8, 3, 32, 32)).astype(np.float32)
+    y = np.array([0, 1, 2, 3] * 2, np.int32)
+    trainer = pj.Trainer(mobilenet_v2(scale=0.35, num_classes=4), optax.adam(3e-3), progress=False)
     losses = [trainer.train_batch((x,), y) for _ in range(8)]
     assert losses[-1] < 0.5 * losses[0], losses
 
