@@ -87,10 +87,9 @@ def _exercise(prog: pj.Program) -> None:
         outs = jax.tree_util.tree_leaves(prog(*jax.tree_util.tree_unflatten(prog.in_tree, list(xs))))
         return sum(jnp.sum(o.astype(jnp.float32)) for o in outs if jnp.issubdtype(o.dtype, jnp.floating))
 
-    jax.block_until_ready(total(*flat))
     floating = tuple(i for i, x in enumerate(flat) if jnp.issubdtype(x.dtype, jnp.floating))
-    if floating:
-        jax.block_until_ready(jax.grad(total, argnums=floating)(*flat))
+    run = jax.value_and_grad(total, argnums=floating) if floating else total
+    jax.block_until_ready(jax.jit(run)(*flat))  # one compilation for both
 
 
 def _nodes(doc):
