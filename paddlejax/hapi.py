@@ -88,15 +88,16 @@ class Model:
         if self._inputs is not None:
             self._trainer.build(*self._inputs)
 
-    def fit(self, train_data=None, eval_data=None, batch_size: int = 1, epochs: int = 1, log_freq: int = 10,
-            save_dir: str | None = None, verbose: int = 2, drop_last: bool = False, shuffle: bool = True,
-            num_workers: int = 0, callbacks: Sequence = ()) -> None:
+    def fit(self, train_data=None, eval_data=None, batch_size: int = 1, epochs: int = 1, eval_freq: int = 1,
+            log_freq: int = 10, save_dir: str | None = None, save_freq: int = 1, verbose: int = 2,
+            drop_last: bool = False, shuffle: bool = True, num_workers: int = 0, callbacks: Sequence = ()) -> None:
         """Train for ``epochs`` over ``train_data`` (a dataset, arrays ``(inputs..., labels)`` or a
-        ``DataLoader``), evaluating on ``eval_data`` after every epoch. ``verbose``: 0 silent,
-        1 a progress bar per epoch, 2 a line per epoch. ``save_dir``: the training state is
-        checkpointed there at the end of every epoch (:meth:`load` reads it; a later ``fit``
-        with the same ``save_dir`` resumes from it). ``callbacks``:
-        :class:`~paddlejax.train.Callback` instances for this call."""
+        ``DataLoader``), evaluating on ``eval_data`` after the first epoch and every ``eval_freq``
+        epochs from there, as Paddle does. ``verbose``: 0 silent, 1 a progress bar per epoch, 2
+        a line per epoch. ``save_dir``: the training state is checkpointed there every
+        ``save_freq`` epochs and after the last (:meth:`load` reads it; a later ``fit`` with the
+        same ``save_dir`` resumes from it). ``callbacks``: :class:`~paddlejax.train.Callback`
+        instances for this call. The arguments keep Paddle's order."""
         from paddlejax.data import DataLoader
 
         trainer = self.trainer
@@ -115,7 +116,8 @@ class Model:
             # a checkpoint at every epoch's end (the Trainer forces one there), none in between
             trainer.checkpoints = CheckpointManager(save_dir, every=len(train_data) * epochs + 1, keep=None)
         try:
-            trainer.fit(train_data, eval_data, epochs=epochs, batch_size=batch_size)
+            trainer.fit(train_data, eval_data, epochs=epochs, batch_size=batch_size, eval_freq=eval_freq,
+                        save_freq=save_freq)
         finally:
             if save_dir is not None:
                 trainer.checkpoints.close()

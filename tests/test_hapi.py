@@ -70,6 +70,19 @@ def test_fit_with_save_dir_checkpoints_every_epoch_and_load_reads_it(digits, tmp
     assert fresh.evaluate(test, batch_size=360, verbose=0) == m.evaluate(test, batch_size=360, verbose=0)
 
 
+def test_eval_freq_and_save_freq_count_epochs_as_paddle_does(digits, tmp_path):
+    train, test = digits
+    m = model()
+    m.prepare(optax.sgd(0.1), metrics=["accuracy"])
+    # Paddle's positional order: train, eval, batch_size, epochs, eval_freq, log_freq, save_dir, save_freq
+    m.fit(train, test, 256, 5, 2, 10, str(tmp_path), 2, verbose=0)
+    evaluated, _ = m.trainer.history.series("eval", "acc")
+    assert evaluated == [6, 18, 30]  # after epochs 1, 3 and 5 (6 steps each)
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [12, 24, 30]
+    with pytest.raises(ValueError, match="eval_freq expects a number of epochs >= 1, got 0"):
+        m.fit(train, test, batch_size=256, epochs=6, eval_freq=0, verbose=0)
+
+
 def test_fit_takes_callbacks_for_that_call(digits):
     train, test = digits
     m = model()

@@ -648,10 +648,15 @@ class Trainer:
                              f"{', '.join(bad) or 'no parameter'} are not (an op's derivative overflowed)")
 
     def fit(self, train, eval=None, epochs: int = 1, batch_size: int = 32, shuffle: bool = True,
-            seed: int = 0, eval_every: int | None = None) -> History:
+            seed: int = 0, eval_every: int | None = None, eval_freq: int = 1, save_freq: int = 1) -> History:
         """Train for ``epochs`` over ``train`` (a DataLoader, or arrays / a dataset that is wrapped
-        in one with ``batch_size``, ``shuffle`` and ``seed``), evaluating on ``eval`` after every
-        epoch (and every ``eval_every`` steps if set). Returns the :class:`History`."""
+        in one with ``batch_size``, ``shuffle`` and ``seed``), evaluating on ``eval`` after the
+        first epoch and every ``eval_freq`` epochs from there (Paddle's rule; also every
+        ``eval_every`` steps if set), and checkpointing (with ``checkpoint_dir``) after every
+        ``save_freq`` epochs and the last. Returns the :class:`History`."""
+        for name, freq in (("eval_freq", eval_freq), ("save_freq", save_freq)):
+            if not isinstance(freq, int) or isinstance(freq, bool) or freq < 1:
+                raise ValueError(f"Trainer.fit: {name} expects a number of epochs >= 1, got {freq!r}")
         loader = self._loader(train, batch_size, shuffle, seed)
         eval_loader = self._loader(eval, batch_size, False, seed) if eval is not None else None
         if len(loader) == 0:
@@ -662,7 +667,7 @@ class Trainer:
         self._call("on_train_begin")
         try:
             while self.epoch < epochs and not self.stop_training:
-                self._train_epoch(loader, eval_loader, epochs, eval_every)
+                self._train_epoch(loader, eval_loader, epochs, eval_every, eval_freq, save_freq)
         finally:
             if self.checkpoints is not None:
                 self.checkpoints.wait()
@@ -683,7 +688,7 @@ class Trainer:
                              f"{type(batch).__name__}")
         return tuple(batch[:-1]), batch[-1]
 
-    def _train_epoch(self, loader, eval_loader, epochs, eval_every):
+    def _train_epoch(self, loader, eval_loader, epochs, eval_every, eval_freq, save_freq):
         epoch = self.epoch
         self._call("on_epoch_begin", epoch)
         start = loader.state_dict().get("position", 0) if hasattr(loader, "state_dict") else 0
@@ -713,7 +718,7 @@ class Trainer:
         else:
             self.epoch += 1
         epoch_logs = {**self._results(sums), "time": time.perf_counter() - tic} if sums is not None else {}
-        if eval_loader is not None and self.epoch > epoch:
+        if eval_loader is not None and self.epoch > epoch and epoch % eval_freq == 0:
             epoch_logs.update(self._eval_and_log(eval_loader))
         if bar is not None:
             bar.set_postfix(_shown({**logs, **self._eval_logs}), refresh=False)
@@ -724,7 +729,9 @@ class Trainer:
             print(f"epoch {epoch + 1}/{epochs}: {shown} ({seconds:.1f} s)", flush=True)
         self.history.log("epoch", epoch, epoch_logs)
         self._call("on_epoch_end", epoch, epoch_logs)
-        if self.checkpoints is not None and self.checkpoints.latest_step() != self.step:
+        epoch_done = self.epoch > epoch and ((epoch + 1) % save_freq == 0 or self.epoch == epochs)
+        if self.checkpoints is not None and self.checkpoints.latest_step() != self.step and (
+                epoch_done or self.stop_training):
             self._save_checkpoint(loader, self.epoch, force=True)
 
     def _results(self, sums) -> dict:
