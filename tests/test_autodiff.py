@@ -1,6 +1,7 @@
 """Autodiff: dygraph grad/jacobian/hessian/jvp/vjp and static gradients on programs."""
 import os
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,9 +19,7 @@ KEY = jax.random.PRNGKey(0)
 
 
 def close(a, b, rtol=1e-5, atol=1e-6):
-    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+    chex.assert_trees_all_close(a, b, rtol=rtol, atol=atol)  # same structure, leaf by leaf
 
 
 def params_of(prog):

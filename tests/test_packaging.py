@@ -42,6 +42,18 @@ def test_core_dependencies_leave_out_the_data_and_plot_libraries():
     assert extras["all"] == ["paddlejax[data,plot]"]
 
 
+def test_every_package_directory_is_in_the_distribution():
+    # an editable install finds any subpackage; a wheel holds only the listed ones
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    mapped = {v: k for k, v in PYPROJECT["tool"]["setuptools"]["package-dir"].items()}
+    found = set()
+    for root in ["paddlejax", *mapped]:
+        for init in (ROOT / root).glob("**/__init__.py"):
+            rel = init.parent.relative_to(ROOT)
+            found.add(".".join([mapped.get(rel.parts[0], rel.parts[0]), *rel.parts[1:]]))
+    assert found == listed
+
+
 def test_core_traces_saves_loads_runs_and_trains_without_the_extras(tmp_path):
     out = run_without_extras(f"""
         import numpy as np, optax

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -320,9 +321,7 @@ def test_sync_batch_norm_trains_as_on_one_device(opt, strategy):
     trainer, losses, got = bn_trained(bn_model(sync=True), strategy, OPTIMIZERS[opt]())
     assert trainer.batch_norm == "sync"
     np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
-    assert got.keys() == want.keys()  # parameters and running statistics alike
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=2e-6, err_msg=str(name))
+    chex.assert_trees_all_close(got, want, rtol=1e-5, atol=2e-6)  # parameters and running statistics alike
 
 
 def test_batch_norm_under_data_parallelism_normalises_each_devices_rows_and_says_so():
