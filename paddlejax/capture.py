@@ -303,6 +303,8 @@ class _Converter:
 
     def _bind_consts(self, block, env, constvars, consts):
         for var, value in zip(constvars, consts):
+            if var.aval.dtype == jax.dtypes.float0:
+                continue  # the zero tangent of an integer output, which the rule block drops
             env[var] = self._constant(block, value, var.aval)
 
     def _constant(self, block, value, aval):

@@ -200,6 +200,19 @@ def test_symbolic_zero_tangents_integer_outputs_and_integer_inputs():
     assert_same(jax.grad(program_fn(prog), (0, 1))(*args), jax.grad(fn, (0, 1))(*args))
 
 
+def test_a_rule_giving_an_integer_output_a_zero_tangent_array_saves_and_loads(tmp_path):
+    rows = jax.custom_jvp(lambda x: (2.0 * x, jnp.argmax(x, -1)))
+    rows.defjvp(lambda p, t: (rows(p[0]), (3.0 * t[0], np.zeros(p[0].shape[:-1], jax.dtypes.float0))))
+    fn = lambda x: jnp.sum(rows(x)[0])  # noqa: E731
+    x = jnp.arange(6.0).reshape(2, 3)
+    prog = pj.trace(fn, x)
+    assert not prog.constants  # the float0 zero tangent is no constant of the program
+    pj.save(prog, tmp_path / "model")
+    loaded = pj.load(tmp_path / "model")
+    assert_same(jax.grad(program_fn(loaded))(x), jax.grad(fn)(x))
+    np.testing.assert_allclose(jax.grad(program_fn(loaded))(x), np.full((2, 3), 3.0))
+
+
 def test_a_rule_that_cannot_be_captured_warns_naming_the_function():
     @jax.custom_vjp
     def flip_if_positive(x):
