@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each runs a benchmark script end to end (20-90 s)
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ["resnet/infer", "resnet/train", "transformer/infer", "transformer/train"]
 
