@@ -5,7 +5,9 @@ The output size is ``size``, or ``floor(in * scale_factor)`` per spatial axis. O
 ``(in - 1) / (out - 1)`` with ``align_corners``, else ``1 / scale_factor`` (or ``in / out``
 when ``size`` is given). ``nearest`` takes ``floor(src)``; the linear modes interpolate
 between the two neighbours of ``src``, which with ``align_mode=0`` (Paddle's default, when
-not ``align_corners``) is the half-pixel ``ratio * (j + 0.5) - 0.5`` clamped at 0.
+not ``align_corners``) is the half-pixel ``ratio * (j + 0.5) - 0.5`` clamped at 0. As in
+Paddle's kernels, an axis resized to 1 reads index 0, and an input already of the output size
+is returned as it is (even when a ``scale_factor`` such as 1.1 rounds down to it).
 
 >>> import jax.numpy as jnp
 >>> from paddlejax.ops.resize import interpolate
@@ -70,8 +72,10 @@ def _resize_axis(x, axis, out, ratio, mode, align_corners, align_mode):
     """``x`` resized along ``axis`` to ``out`` (indices are static: sizes are known)."""
     n = x.shape[axis]
     j = np.arange(out, dtype=np.float64)
-    if align_corners:
-        ratio = (n - 1) / (out - 1) if out > 1 else 0.0
+    if out == 1:  # Paddle reads index 0 for a size-1 output, whatever the mode
+        ratio = 0.0
+    elif align_corners:
+        ratio = (n - 1) / (out - 1)
     if mode == "nearest":
         return jnp.take(x, np.minimum(np.floor(ratio * j).astype(np.int32), n - 1), axis=axis)
     half_pixel = align_mode == 0 and not align_corners
@@ -96,6 +100,8 @@ def _interpolate(x, *, size, scale_factor, mode, align_corners, align_mode, data
         raise attr_error("interpolate", "align_corners", "False with mode='nearest' (as in Paddle)", align_corners)
     xl = to_channels_last(x, data_format)
     sizes, ratios = _out_sizes(xl.shape[1:-1], size, scale_factor)
+    if tuple(sizes) == tuple(xl.shape[1:-1]):  # Paddle copies an input already of the output size
+        return x
     y = xl if mode == "nearest" else xl.astype(jnp.promote_types(x.dtype, jnp.float32))
     for axis, (out, ratio) in enumerate(zip(sizes, ratios), start=1):
         y = _resize_axis(y, axis, out, ratio, mode, align_corners, align_mode)

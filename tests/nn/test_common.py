@@ -116,7 +116,7 @@ def np_resize_axis(x, axis, out, mode, align_corners=False, align_mode=0, scale=
     ``ratio * (j + 0.5) - 0.5``, clamped at 0, for align_mode 0 without align_corners); nearest
     takes ``int(src)``, linear interpolates between ``int(src)`` and the next index."""
     n = x.shape[axis]
-    ratio = ((n - 1) / (out - 1) if out > 1 else 0) if align_corners else (1 / scale if scale else n / out)
+    ratio = ((n - 1) / (out - 1) if align_corners else (1 / scale if scale else n / out)) if out > 1 else 0
     rows = []
     for j in range(out):
         if mode == "nearest":
@@ -180,6 +180,17 @@ def test_bilinear_upsampling_agrees_with_jax_image_resize():
     x = rng.normal(size=(1, 2, 4, 3)).astype(np.float32)
     want = jax.image.resize(x, (1, 2, 9, 7), "linear", antialias=False)
     np.testing.assert_allclose(nn.Upsample(size=[9, 7], mode="bilinear")(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_resize_to_one_reads_index_zero_and_same_size_copies_as_paddle_does():
+    x = np.arange(35.0, dtype=np.float32).reshape(1, 1, 5, 7)
+    # Paddle's ratio is 0 for an output axis of size 1: row 0 / column 0, not the centre
+    assert nn.Upsample(size=[1, 1], mode="bilinear")(x).tolist() == [[[[0.0]]]]
+    assert nn.Upsample(size=[1, 7], mode="bilinear")(x).tolist() == [[[x[0, 0, 0].tolist()]]]
+    assert nn.Upsample(scale_factor=0.2, mode="bilinear")(x[:, :, :, :5]).tolist() == [[[[0.0]]]]
+    # a scale that rounds down to the input's size copies the input
+    np.testing.assert_array_equal(nn.Upsample(scale_factor=1.1, mode="bilinear")(x), x)
+    np.testing.assert_array_equal(nn.Upsample(scale_factor=1.1)(x), x)
 
 
 def test_linear_and_trilinear_upsample_gradients_and_bfloat16():

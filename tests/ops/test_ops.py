@@ -96,11 +96,12 @@ def np_conv_nd(x, w, stride, pads, groups=1):
 
 def np_interpolate(x, out, mode, align_corners=False, align_mode=0, scale=None):
     """Channels-first resize by Paddle's documented formulas, one output index at a time:
-    source ``ratio * j`` (half-pixel ``ratio * (j + 0.5) - 0.5``, clamped at 0, for align_mode 0)."""
+    source ``ratio * j`` (half-pixel ``ratio * (j + 0.5) - 0.5``, clamped at 0, for align_mode 0);
+    as in Paddle's kernels, the ratio is 0 for an axis resized to 1."""
     y = x.astype(np.float64)
     for ax, o in enumerate(out, start=2):
         n = y.shape[ax]
-        ratio = ((n - 1) / (o - 1) if o > 1 else 0) if align_corners else (1 / scale[ax - 2] if scale else n / o)
+        ratio = ((n - 1) / (o - 1) if align_corners else (1 / scale[ax - 2] if scale else n / o)) if o > 1 else 0
         rows = []
         for j in range(o):
             if mode == "nearest":
