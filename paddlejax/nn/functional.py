@@ -12,7 +12,7 @@ defaults. Each calls the op library where the op exists (``conv2d``, ``cross_ent
 2.0
 
 Losses take ``reduction`` ``"mean"`` (the default), ``"sum"`` or ``"none"``; they compute in
-at least float32 and return the input's dtype.
+at least float32 and return the input's dtype (float32 for integer input).
 """
 from __future__ import annotations
 
@@ -330,13 +330,18 @@ upsample = interpolate
 REDUCTIONS = ("mean", "sum", "none")
 
 
+def _out_dtype(dtype):
+    """A loss's dtype: the input's if it is a float, else float32 (an int loss would truncate)."""
+    return dtype if jnp.issubdtype(dtype, jnp.inexact) else jnp.dtype(jnp.float32)
+
+
 def _reduce(name, loss, reduction, dtype):
     reduction = choice(name, "reduction", reduction, REDUCTIONS)
     if reduction == "mean":
         loss = jnp.mean(loss)
     elif reduction == "sum":
         loss = jnp.sum(loss)
-    return loss.astype(dtype)
+    return loss.astype(_out_dtype(dtype))
 
 
 def _pair(name, input, label):
@@ -412,7 +417,7 @@ def kl_div(input, label, reduction="mean", log_target=False):
         positive = y > 0
         loss = jnp.where(positive, y * (jnp.log(jnp.where(positive, y, 1)) - x), 0)
     if reduction == "batchmean":
-        return (jnp.sum(loss) / (x.shape[0] if x.ndim else 1)).astype(jnp.result_type(input))
+        return (jnp.sum(loss) / (x.shape[0] if x.ndim else 1)).astype(_out_dtype(jnp.result_type(input)))
     return _reduce("kl_div", loss, reduction, jnp.result_type(input))
 
 

@@ -165,6 +165,14 @@ def test_losses_are_the_layers_and_differentiate():
     np.testing.assert_allclose(np.float32(half), F.mse_loss(logits, y), rtol=2e-2)
 
 
+def test_losses_of_integer_inputs_are_float32_not_truncated():
+    x, y = np.array([1, 2]), np.array([0, 0])
+    assert F.mse_loss(x, y).dtype == jnp.float32 and float(F.mse_loss(x, y)) == 2.5
+    assert float(nn.L1Loss()(np.array([1, 2, 2]), np.array([0, 0, 0]))) == pytest.approx(5 / 3)
+    assert F.smooth_l1_loss(x, y, reduction="none").tolist() == [0.5, 1.5]
+    assert float(F.kl_div(np.zeros((2, 1), np.int32), np.ones((2, 1), np.int32), "batchmean")) == 0.0
+
+
 def classifier(p, x, label):
     """A small network written with functions only."""
     h = F.relu(F.conv2d(x, p["conv"], padding="same"))
