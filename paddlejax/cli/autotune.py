@@ -11,7 +11,7 @@ the choices recorded as ``kernel`` annotations.
 """
 from __future__ import annotations
 
-from paddlejax.cli.common import parse_sizes, program_path
+from paddlejax.cli.common import check_not_input, parse_sizes, program_path
 from paddlejax.cli.table import format_table
 
 
@@ -43,6 +43,7 @@ def main(args) -> int:
 
     if args.output:
         program_path(args.output)
+        check_not_input(args.output, programs=[args.path])
     program = load(args.path)
     sizes = parse_sizes(program, args.size)
     tune = Autotune(sizes=":".join(f"{k}={v}" for k, v in sizes.items()), repeats=args.repeats, workspace_mb=args.workspace_mb,

@@ -12,6 +12,8 @@ import math
 import os
 import re
 import textwrap
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -66,24 +68,62 @@ def _check_header(f, available: int, label: str) -> None:
 
 def read_arrays(path: str, names: list[str] | None = None) -> list[np.ndarray]:
     """The array of a ``.npy`` file, or the arrays called ``names`` in a ``.npz`` file, each
-    checked before it is read (no unpickling, no allocation a header merely claims)."""
+    checked before it is read (no unpickling, no allocation a header merely claims). The
+    archive holds exactly those arrays: a missing or an unexpected one is an error naming it."""
     if not os.path.isfile(path):
         raise ValueError(f"{path}: not a regular file")
     if names is None:
         with open(path, "rb") as f:
-            _check_header(f, os.fstat(f.fileno()).st_size, path)
+            try:
+                _check_header(f, os.fstat(f.fileno()).st_size, path)
+            except ValueError as e:
+                raise ValueError(e if str(e).startswith(path) else f"{path}: not a .npy array ({e})") from None
         return [np.load(path, allow_pickle=False)]
-    with np.load(path, allow_pickle=False) as data:
-        if not hasattr(data, "files"):
-            raise ValueError(f"{path}: expected a .npz archive of named arrays")
-        missing = [n for n in names if n not in data.files]
-        if missing:
-            raise ValueError(f"{path} lacks inputs {missing}; it has {sorted(data.files)}")
-        for n in names:
-            info = data.zip.getinfo(f"{n}.npy")
-            with data.zip.open(info) as f:
-                _check_header(f, info.file_size, f"{path}[{n}]")
-        return [data[n] for n in names]
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path}: not a .npz archive of named arrays (save one with numpy.savez)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {m.filename: m for m in archive.infolist()}
+            others = sorted(n for n in members if not n.endswith(".npy"))
+            if others:
+                raise ValueError(f"{path}: members {others} are not .npy arrays; save the inputs with numpy.savez")
+            stored = sorted(n[:-len(".npy")] for n in members)
+            missing = [n for n in names if f"{n}.npy" not in members]
+            if missing:
+                raise ValueError(f"{path} lacks inputs {missing}; it has {stored}")
+            extra = [n for n in stored if n not in names]
+            if extra:
+                raise ValueError(f"{path} holds arrays {extra} that are not inputs of the program; "
+                                 f"its inputs are {list(names)}")
+            for n in names:
+                with archive.open(members[f"{n}.npy"]) as f:
+                    _check_header(f, members[f"{n}.npy"].file_size, f"{path}[{n}]")
+        with np.load(path, allow_pickle=False) as data:
+            return [data[n] for n in names]
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise ValueError(f"{path}: damaged .npz archive ({e})") from None
+
+
+def check_not_input(output: str, programs=(), files=(), option: str = "-o", program: bool = True) -> None:
+    """Refuse an output that would overwrite a file read: a saved program of ``programs``
+    (``PATH``, ``PATH.json`` or ``PATH.safetensors``) or a plain file of ``files``. ``program``
+    says whether ``output`` names a saved program (its two files) or one file.
+
+    >>> check_not_input("out/model.int8", programs=["out/model"])
+    >>> check_not_input("out/model.json", programs=["out/model"])
+    Traceback (most recent call last):
+    ValueError: -o out/model.json would overwrite the input out/model; give another path
+    """
+    def paths(path, pair: bool) -> set[str]:
+        if not pair:
+            return {os.path.realpath(path)}
+        stem = re.sub(r"\.(json|safetensors)$", "", str(path))
+        return {os.path.realpath(stem + suffix) for suffix in (".json", ".safetensors")}
+
+    written = paths(output, program)
+    for path, pair in [(p, True) for p in programs] + [(f, False) for f in files]:
+        if written & paths(path, pair):
+            raise ValueError(f"{option} {output} would overwrite the input {path}; give another path")
 
 
 def program_path(path: str, option: str = "-o") -> str:
@@ -118,3 +158,19 @@ def file_path(path: str, option: str = "-o", suffixes: tuple[str, ...] = ()) -> 
     if suffixes and not path.endswith(suffixes):
         raise ValueError(f"{option} {path} must end in {' or '.join(suffixes)}")
     return path
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def plot_path(path: str, option: str) -> str:
+    """``path`` if a plot can be written there (a file named with an image suffix), else a
+    clear error, given before any work so that nothing is written half-way.
+
+    >>> plot_path("errors.png", "--report")
+    'errors.png'
+    >>> plot_path("errors.txt", "--report")
+    Traceback (most recent call last):
+    ValueError: --report errors.txt must end in .png or .svg or .pdf or .jpg or .jpeg
+    """
+    return file_path(path, option, PLOT_SUFFIXES)

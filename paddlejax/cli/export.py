@@ -7,7 +7,7 @@ so the artifact serves any batch; ``--static`` keeps the traced sizes.
 """
 from __future__ import annotations
 
-from paddlejax.cli.common import file_path
+from paddlejax.cli.common import check_not_input, file_path
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 
@@ -27,6 +27,7 @@ def main(args) -> int:
     from paddlejax.io import load
 
     file_path(args.output)
+    check_not_input(args.output, programs=[args.path], program=False)
     if args.batch is not None and args.static:
         raise ValueError("--batch names a symbolic batch size; --static keeps the traced sizes: give one of them")
     if args.batch is not None and not args.batch.isidentifier():

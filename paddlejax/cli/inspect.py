@@ -8,7 +8,7 @@ in-place reuse plan and XLA's own figures; ``--plot out.png`` draws live bytes p
 """
 from __future__ import annotations
 
-from paddlejax.cli.common import parse_sizes
+from paddlejax.cli.common import parse_sizes, plot_path
 
 
 def add_arguments(p) -> None:
@@ -43,10 +43,12 @@ def main(args) -> int:
     from paddlejax.io import load
     from paddlejax.passes import memory
 
-    prog = load(args.path)
-    sizes = parse_sizes(prog, args.size)
     if args.plot and not args.memory:
         raise ValueError("--plot needs --memory")
+    if args.plot:
+        plot_path(args.plot, "--plot")
+    prog = load(args.path)
+    sizes = parse_sizes(prog, args.size)
     if not args.no_ir:
         print(prog.format(locs=args.locs))
         print()

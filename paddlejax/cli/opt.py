@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from paddlejax.cli.common import program_path
+from paddlejax.cli.common import check_not_input, program_path
 
 
 def add_arguments(p) -> None:
@@ -21,6 +21,7 @@ def main(args) -> int:
     from paddlejax.passes import PassManager
 
     program_path(args.output)
+    check_not_input(args.output, programs=[args.path])
     prog = load(args.path)
     pm = PassManager(args.passes, verify=not args.no_verify, print_ir_after=args.print_ir_after_all)
     out = pm.run(prog)

@@ -7,9 +7,11 @@ which are cast; anything else is refused with the input's name.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from paddlejax.cli.common import file_path, read_arrays
+from paddlejax.cli.common import check_not_input, file_path, read_arrays
 
 
 def add_arguments(p) -> None:
@@ -35,6 +37,7 @@ def main(args) -> int:
     prog = load(args.path)
     if args.output:
         file_path(args.output, "--output", (".npz",) if len(prog.outputs) > 1 else (".npy", ".npz"))
+        check_not_input(args.output, programs=[args.path], files=args.input, option="--output", program=False)
     leaves = _load_inputs(prog, args.input)
     if len(leaves) != len(prog.inputs):
         raise ValueError(f"{prog.name} takes {len(prog.inputs)} inputs "
@@ -47,6 +50,7 @@ def main(args) -> int:
         stats = f" min={a.min():.6g} max={a.max():.6g} mean={a.mean():.6g}" if a.size else " (empty)"
         print(f"output {i}: {a.dtype}{list(a.shape)}{stats}")
     if args.output:
+        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
         if args.output.endswith(".npy"):
             np.save(args.output, arrays[0])
         else:

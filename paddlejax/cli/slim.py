@@ -10,6 +10,7 @@ a bar chart with ``--report``.
 """
 from __future__ import annotations
 
+from paddlejax.cli.common import check_not_input, plot_path, program_path
 from paddlejax.cli.table import format_table
 
 QUANTIZE = """Post-training quantization of a saved program: int8 weights and activations, calibrated on
@@ -32,7 +33,7 @@ def add_arguments(p) -> None:
     q.add_argument("path", help="saved program")
     q.add_argument("--calib", required=True, help=".npy file of calibration inputs, batch first (with --weight-bits "
                                                   "4, read only by --bias-correction and the error table)")
-    q.add_argument("--algo", default="hist", choices=ALGOS, metavar="ALGO",
+    q.add_argument("--algo", choices=ALGOS, metavar="ALGO",
                    help=f"how activation scales are calibrated: {', '.join(ALGOS)} (default hist; min_max for "
                         "--asymmetric)")
     q.add_argument("--batch-size", type=int, default=32, help="calibration batch size (default 32)")
@@ -42,8 +43,8 @@ def add_arguments(p) -> None:
                    help="8: int8 weights and activations (default); 4: int4 weights packed two to a byte, "
                         "activations left float (weight-only, about 8x smaller weights)")
     q.add_argument("--asymmetric", action="store_true",
-                   help="quantize activations asymmetrically, with a zero point (needs --algo min_max and "
-                        "--weight-bits 8)")
+                   help="quantize activations asymmetrically, with a zero point, calibrated by their range "
+                        "(--algo min_max, the default with it; needs --weight-bits 8)")
     q.add_argument("--bias-correction", action="store_true",
                    help="add each layer's mean output shift from its int8 weights to its bias")
     q.add_argument("-o", "--output", required=True, help="where to save the quantized program")
@@ -77,6 +78,12 @@ def main(args) -> int:
     from paddlejax.io import load, save
     from paddlejax.slim.quant import LayerError, layer_errors, plot_layer_errors, quant_post
 
+    program_path(args.output)
+    check_not_input(args.output, programs=[args.path])
+    if args.report:
+        plot_path(args.report, "--report")
+    if args.algo is None:
+        args.algo = "min_max" if args.asymmetric else "hist"
     program = load(args.path)
     batches = _calibration_batches(args.calib, args.batch_size, program)
     with warnings.catch_warnings(record=True) as caught:

@@ -228,3 +228,65 @@ def test_the_shared_helpers_examples_run():
     from paddlejax.cli import common
 
     assert doctest.testmod(common).failed == 0
+
+
+def test_run_refuses_npz_files_that_are_damaged_or_hold_other_arrays(saved, tmp_path, capsys):
+    import zipfile
+
+    _, path = saved
+    (tmp_path / "garbage.npz").write_bytes(b"PK\x03\x04 not a zip archive")
+    np.save(tmp_path / "plain.npy", np.ones((2, 4), np.float32))
+    (tmp_path / "plain.npy").rename(tmp_path / "plain.npz")
+    np.savez(tmp_path / "extra.npz", x=np.ones((2, 4), np.float32), mask=np.ones(2))
+    with zipfile.ZipFile(tmp_path / "raw.npz", "w") as z:
+        z.writestr("x", b"bytes")
+    for name, message in [("garbage.npz", "not a .npz archive of named arrays (save one with numpy.savez)"),
+                          ("plain.npz", "not a .npz archive of named arrays (save one with numpy.savez)"),
+                          ("extra.npz", "holds arrays ['mask'] that are not inputs of the program; its inputs are ['x']"),
+                          ("raw.npz", "members ['x'] are not .npy arrays; save the inputs with numpy.savez")]:
+        assert main(["run", str(path), "--input", str(tmp_path / name)]) == 2
+        sep = " " if name == "extra.npz" else ": "
+        assert one_line_error(capsys) == f"paddlejax run: error: {tmp_path / name}{sep}{message}"
+
+
+def test_run_names_an_input_that_is_not_a_npy_file(saved, capsys):
+    _, path = saved
+    json_path = path.with_suffix(".json")
+    assert main(["run", str(path), "--input", str(json_path)]) == 2
+    assert one_line_error(capsys).startswith(f"paddlejax run: error: {json_path}: not a .npy array (the magic string")
+
+
+def test_run_output_may_not_overwrite_an_input_and_goes_into_new_folders(saved, tmp_path, capsys):
+    _, path = saved
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 4), np.float32))
+    before = (tmp_path / "in.npz").read_bytes()
+    assert main(["run", str(path), "--input", str(tmp_path / "in.npz"), "--output", str(tmp_path / "in.npz")]) == 2
+    assert one_line_error(capsys) == (f"paddlejax run: error: --output {tmp_path / 'in.npz'} would overwrite the "
+                                      f"input {tmp_path / 'in.npz'}; give another path")
+    assert (tmp_path / "in.npz").read_bytes() == before
+    out = tmp_path / "new dir é" / "y.npy"
+    assert main(["run", str(path), "--input", str(tmp_path / "in.npz"), "--output", str(out)]) == 0
+    assert np.load(out).shape == (2, 8)
+
+
+@pytest.mark.parametrize("command, extra, suffix", [
+    ("opt", ["--passes", "dce"], ""), ("opt", ["--passes", "dce"], ".safetensors"), ("autotune", [], ".json"),
+    ("export", [], ".json"), ("export", [], ".safetensors"),
+])
+def test_an_output_may_not_overwrite_the_program_read(saved, capsys, command, extra, suffix):
+    _, path = saved
+    before = path.with_suffix(".json").read_bytes(), path.with_suffix(".safetensors").read_bytes()
+    assert main([command, str(path), *extra, "-o", f"{path}{suffix}"]) == 2
+    assert one_line_error(capsys) == (f"paddlejax {command}: error: -o {path}{suffix} would overwrite the input "
+                                      f"{path}; give another path")
+    assert (path.with_suffix(".json").read_bytes(), path.with_suffix(".safetensors").read_bytes()) == before
+
+
+@pytest.mark.parametrize("plot, message", [("{d}", "--plot {d} names a directory; give a file name"),
+                                           ("{d}/live.txt", "--plot {d}/live.txt must end in .png or .svg or .pdf "
+                                                            "or .jpg or .jpeg")])
+def test_inspect_refuses_a_plot_path_before_printing(saved, tmp_path, capsys, plot, message):
+    _, path = saved
+    assert main(["inspect", str(path), "--memory", "--plot", plot.format(d=tmp_path)]) == 2
+    assert one_line_error(capsys) == "paddlejax inspect: error: " + message.format(d=tmp_path)
+    assert not tmp_path.with_suffix(".png").exists()

@@ -132,3 +132,30 @@ def test_quantize_help_describes_the_command_and_every_option(capsys):
     assert "moving_average_abs_max, min_max (default hist; min_max for --asymmetric)" in text
     assert set(pj.slim.quant.OBSERVERS) - {"channel_wise_abs_max"} == set(text.split("calibrated: ")[1]
                                                                            .split(" (default")[0].split(", "))
+
+
+def test_asymmetric_without_algo_calibrates_by_the_range(mlp, capsys):
+    prog, tmp = mlp
+    args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / "calib.npy"), "--asymmetric", "-o", str(tmp / "asym")]
+    assert main(args) == 0
+    assert "(min_max, 40 calibration samples)" in capsys.readouterr().out
+    assert "quantize_asym" in [op.type for op in pj.load(tmp / "asym").walk()]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-o", "{d}/mlp"], "-o {d}/mlp would overwrite the input {d}/mlp; give another path"),
+    (["-o", "{d}/mlp.json"], "-o {d}/mlp.json would overwrite the input {d}/mlp; give another path"),
+    (["-o", "{d}/sub/"], "-o {d}/sub/ names a directory; give the program's path inside it, e.g. {d}/sub/model"),
+    (["-o", "{d}/out", "--report", "{d}/errors.txt"],
+     "--report {d}/errors.txt must end in .png or .svg or .pdf or .jpg or .jpeg"),
+    (["-o", "{d}/out", "--report", "{d}"], "--report {d} names a directory; give a file name"),
+])
+def test_bad_output_paths_are_refused_before_anything_is_written(mlp, capsys, extra, message):
+    prog, tmp = mlp
+    before = (tmp / "mlp.json").read_bytes(), (tmp / "mlp.safetensors").read_bytes()
+    args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / "calib.npy"), *(a.format(d=tmp) for a in extra)]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"paddlejax slim: error: {message.format(d=tmp)}\n"
+    assert sorted(p.name for p in tmp.iterdir()) == ["calib.npy", "mlp.json", "mlp.safetensors"]
+    assert ((tmp / "mlp.json").read_bytes(), (tmp / "mlp.safetensors").read_bytes()) == before
