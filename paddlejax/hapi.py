@@ -162,13 +162,10 @@ class Model:
         """Print the per-layer table of :func:`summary` for the model's ``inputs`` (or
         ``input_size``, a shape or a list of shapes, in ``dtype``); returns its totals."""
         if input_size is not None:
-            shapes = input_size if isinstance(input_size[0], (list, tuple)) else [input_size]
-            specs = _specs("Model.summary", "input_size", [InputSpec(tuple(s), dtype) for s in shapes])
-        elif self._inputs is not None:
-            specs = self._inputs
-        else:
+            return summary(self.network, input_size=input_size, dtypes=dtype)
+        if self._inputs is None:
             raise ValueError("Model.summary: give the model inputs=pj.InputSpec(...) or pass input_size")
-        return summary(self.network, *specs)
+        return summary(self.network, *self._inputs)
 
 
 def _dims(shape) -> str:
@@ -190,9 +187,30 @@ def _own_sizes(module) -> tuple[int, int]:
     return trainable, other
 
 
-def summary(network, *inputs, print_fn=print) -> dict[str, int]:
-    """Print a table of the layers ``network`` calls on ``inputs`` (specs or arrays), in call
-    order: name and type, output shape (``b``: the batch size) and the number of parameters
+def _is_shape(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        d is None or (isinstance(d, (int, np.integer)) and not isinstance(d, bool)) for d in value)
+
+
+def _size_specs(input_size, dtypes) -> list[InputSpec]:
+    """Paddle's ``input_size`` (a shape or a list of shapes; -1 or None for the batch size) as
+    specs in ``dtypes`` (one dtype, or one per shape)."""
+    shapes = [input_size] if _is_shape(input_size) else input_size
+    if not isinstance(shapes, (list, tuple)) or not shapes or not all(_is_shape(s) for s in shapes):
+        raise ValueError(f"summary: input_size expects a shape such as (-1, 4) or a list of shapes, "
+                         f"got {input_size!r}")
+    dtypes = [dtypes] * len(shapes) if dtypes is None or isinstance(dtypes, str) or not isinstance(
+        dtypes, (list, tuple)) else list(dtypes)
+    if len(dtypes) != len(shapes):
+        raise ValueError(f"summary: dtypes expects one dtype or one per input ({len(shapes)}), got {len(dtypes)}")
+    return [InputSpec(tuple(None if d is None or d == -1 else int(d) for d in s), d or "float32")
+            for s, d in zip(shapes, dtypes)]
+
+
+def summary(network, *inputs, input_size=None, dtypes=None, print_fn=print) -> dict[str, int]:
+    """Print a table of the layers ``network`` calls on ``inputs`` (specs, arrays or shapes --
+    Paddle's ``input_size``, e.g. ``(-1, 4)``, also as the keyword, with ``dtypes``, float32 by
+    default), in call order: name and type, output shape (``b``: the batch size) and the number of parameters
     the layer holds itself; then the totals, trainable (``nnx.Param``) and not (batch-norm
     statistics, frozen weights). Nothing is computed: shapes come from ``jax.eval_shape`` in
     eval mode. Returns ``{"total_params", "trainable_params", "non_trainable_params"}``.
@@ -213,10 +231,22 @@ def summary(network, *inputs, print_fn=print) -> dict[str, int]:
     --------------------------------------------------------------
     >>> totals
     {'total_params': 90, 'trainable_params': 74, 'non_trainable_params': 16}
+    >>> pj.summary(net, (-1, 4), print_fn=lambda table: None) == totals  # a shape, as in Paddle
+    True
     """
     from flax import nnx
 
     from paddlejax.static import set_mode
+
+    if input_size is not None:
+        if inputs:
+            raise ValueError("summary: pass the inputs or input_size, not both")
+        inputs = tuple(_size_specs(input_size, dtypes))
+    elif inputs and all(_is_shape(x) or (isinstance(x, list) and x and all(_is_shape(s) for s in x))
+                        for x in inputs):
+        inputs = tuple(_size_specs(inputs[0] if len(inputs) == 1 else list(inputs), dtypes))
+    if not inputs:
+        raise ValueError("summary: give the inputs (pj.InputSpec, arrays, or shapes such as (-1, 4))")
 
     copy = nnx.merge(*nnx.split(network))
     set_mode(copy, False)

@@ -106,6 +106,22 @@ def test_summary_lists_the_layers_their_output_shapes_and_parameters(capsys):
     assert "[2, 10]" in capsys.readouterr().out
 
 
+def test_summary_takes_paddles_input_size_shapes(capsys):
+    net = model().network
+    totals = pj.summary(net, pj.InputSpec((None, 1, 8, 8)))
+    capsys.readouterr()
+    assert pj.summary(net, (1, 1, 8, 8)) == totals  # paddle.summary(net, (1, 1, 8, 8))
+    assert "[1, 10]" in capsys.readouterr().out
+    assert pj.summary(net, input_size=(-1, 1, 8, 8), dtypes="float32") == totals
+    assert "[b, 10]" in capsys.readouterr().out
+    assert pj.summary(net, [(2, 1, 8, 8)]) == totals
+    assert "[2, 10]" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"summary: input_size expects a shape such as \(-1, 4\)"):
+        model().summary(input_size=64)
+    with pytest.raises(ValueError, match="summary: dtypes expects one dtype or one per input"):
+        pj.summary(net, input_size=[(1, 64)], dtypes=["float32", "int32"])
+
+
 def test_misuse_is_named():
     m = model()
     with pytest.raises(RuntimeError, match=r"Model: call prepare\(optimizer, loss, metrics\) first"):
