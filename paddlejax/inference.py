@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import numbers
 import os
 
 import jax
@@ -66,12 +67,20 @@ class Config:
     progress: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+        # NumPy's integers are sizes too; True is not
+        def size(n):
+            return int(n) if isinstance(n, numbers.Integral) and not isinstance(n, (bool, np.bool_)) else n
+
+        self.max_batch_size = size(self.max_batch_size)
+        if not isinstance(self.max_batch_size, int) or isinstance(self.max_batch_size, bool) or self.max_batch_size < 1:
             raise ValueError(f"Config: max_batch_size must be a positive int, got {self.max_batch_size!r}")
+        if self.batch_buckets is not None and not isinstance(self.batch_buckets, (str, bytes)):
+            self.batch_buckets = tuple(size(b) for b in self.batch_buckets)
         if self.precision not in PRECISIONS:
             raise ValueError(f"Config: precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.batch_buckets is not None:
-            bad = [b for b in self.batch_buckets if not isinstance(b, int) or not 1 <= b <= self.max_batch_size]
+            bad = [b for b in self.batch_buckets
+                   if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= self.max_batch_size]
             if bad or not self.batch_buckets:
                 raise ValueError(f"Config: batch_buckets must be sizes in 1..max_batch_size={self.max_batch_size}, "
                                  f"got {self.batch_buckets!r}")
@@ -121,6 +130,9 @@ class Predictor:
 
     def __init__(self, path_or_program: Program | str | os.PathLike, config: Config | None = None):
         self.config = config or Config()
+        if not isinstance(path_or_program, (Program, str, os.PathLike)):
+            raise TypeError(f"Predictor: expected a Program or the path of a saved one, "
+                            f"got {type(path_or_program).__name__}")
         source = path_or_program if isinstance(path_or_program, Program) else load(path_or_program)
         self.device = jax.devices(self.config.device)[0] if self.config.device else jax.devices()[0]
         self.batch_dim = batch_dim(source)

@@ -73,10 +73,24 @@ def test_config_buckets_and_pipeline():
     ({"max_batch_size": 0}, "max_batch_size must be a positive int, got 0"),
     ({"precision": "fp16"}, "precision must be one of \\('fp32', 'bf16'\\), got 'fp16'"),
     ({"max_batch_size": 4, "batch_buckets": (2, 8)}, "batch_buckets must be sizes in 1..max_batch_size=4"),
+    ({"max_batch_size": True}, "max_batch_size must be a positive int, got True"),
+    ({"max_batch_size": 4, "batch_buckets": (True,)}, "batch_buckets must be sizes in 1..max_batch_size=4"),
+    ({"max_batch_size": 4.0}, "max_batch_size must be a positive int, got 4.0"),
 ])
 def test_bad_configs_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Config(**kwargs)
+
+
+def test_config_takes_numpy_integers_as_sizes():
+    config = Config(max_batch_size=np.int64(6), batch_buckets=[np.int32(3)])
+    assert config.buckets() == (3, 6) and all(type(b) is int for b in config.buckets())
+    assert config.pipeline("b=6").count("sizes=b=6") == 1
+
+
+def test_predictor_names_what_it_was_given_instead_of_a_program():
+    with pytest.raises(TypeError, match="Predictor: expected a Program or the path of a saved one, got NoneType"):
+        Predictor(None)
 
 
 @pytest.fixture(scope="module")
