@@ -148,6 +148,38 @@ class Predictor:
         self.program.params = jax.device_put(self.program.params, self.device)
         self.num_compilations = 0
         self._executables = {b: self._compile(b) for b in self.buckets}
+        self._refuse_mixed_rows()
+
+    def _refuse_mixed_rows(self) -> None:
+        """A clear error if the outputs of some rows change when another row does: ops that no
+        trait marks batch-coupled may still mix rows (a mean, softmax, sort or reversal over the
+        batch axis), and padding and chunking would then change the outputs. Checked on the
+        largest bucket with random rows, against the same rows with the first one zeroed."""
+        bucket = self.buckets[-1]
+        if bucket < 2:
+            return
+        rng = np.random.default_rng(0)
+        rows = []
+        for v in self.program.inputs:
+            shape, dtype = (bucket, *v.type.shape[1:]), np.dtype(v.type.dtype)
+            if dtype == np.bool_:
+                rows.append(rng.random(shape) < 0.5)
+            elif np.issubdtype(dtype, np.integer):
+                rows.append(rng.integers(0, 2, shape).astype(dtype))
+            else:
+                rows.append(rng.standard_normal(shape).astype(dtype))
+        zeroed = [np.concatenate([np.zeros_like(x[:1]), x[1:]]) for x in rows]
+        run = self._executables[bucket]
+        tree = self.program.in_tree
+        for a, b in zip(*(jax.tree_util.tree_leaves(run(*jax.tree_util.tree_unflatten(tree, xs)))
+                          for xs in (rows, zeroed))):
+            a, b = np.asarray(a, np.float64)[1:], np.asarray(b, np.float64)[1:]
+            if not np.allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.nanmax(np.abs(a), initial=0))),
+                               equal_nan=True):
+                raise ValueError(f"Predictor: {self.program.name} mixes the rows of its batch (an output row changes "
+                                 f"when another input row does: a mean, softmax, sort or reversal over the batch "
+                                 f"axis), so padding to a bucket and running in chunks would change its outputs; "
+                                 f"run it with Program.__call__ on the whole batch")
 
     def _compile(self, batch: int):
         specs = [jax.ShapeDtypeStruct((batch, *v.type.shape[1:]), v.type.dtype) for v in self.program.inputs]

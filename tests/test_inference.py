@@ -220,3 +220,20 @@ def test_wrong_number_of_inputs_and_disagreeing_batches():
 def test_programs_without_a_batch_dimension_are_refused(fn, specs, message):
     with pytest.raises(ValueError, match=message):
         Predictor(pj.trace(fn, *specs), Config(max_batch_size=2))
+
+
+@pytest.mark.parametrize("fn", [lambda x: x - x.mean(0), lambda x: jax.nn.softmax(x, axis=0),
+                                lambda x: jnp.cumsum(x, 0), lambda x: x[::-1]],
+                         ids=["mean", "softmax", "cumsum", "reverse"])
+def test_a_program_mixing_batch_rows_through_generic_ops_is_refused(fn):
+    prog = pj.trace(fn, pj.InputSpec((None, 3)))
+    with pytest.raises(ValueError, match="mixes the rows of its batch"):
+        Predictor(prog, Config(max_batch_size=4, passes=""))
+
+
+def test_row_independent_programs_with_integer_inputs_are_accepted():
+    table = jnp.arange(12.0).reshape(6, 2)
+    prog = pj.trace(lambda p, ids: jnp.take(p["t"], ids, axis=0).sum(1), pj.InputSpec((None, 3), "int32"),
+                    params={"t": table})
+    ids = np.array([[0, 5, 1], [2, 2, 3], [4, 0, 0]], np.int64)
+    np.testing.assert_array_equal(Predictor(prog, Config(max_batch_size=2))(ids), np.asarray(table)[ids].sum(1))
