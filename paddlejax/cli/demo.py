@@ -21,6 +21,8 @@ def main(args) -> int:
     import paddlejax as pj
     from paddlejax.models.digits import DigitsCNN
 
+    if args.epochs < 1:
+        raise ValueError(f"--epochs must be positive, got {args.epochs}")
     out = Path(args.out)
     tic = time.perf_counter()
     train, test = pj.data.Digits("train"), pj.data.Digits("test")

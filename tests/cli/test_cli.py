@@ -290,3 +290,9 @@ def test_inspect_refuses_a_plot_path_before_printing(saved, tmp_path, capsys, pl
     assert main(["inspect", str(path), "--memory", "--plot", plot.format(d=tmp_path)]) == 2
     assert one_line_error(capsys) == "paddlejax inspect: error: " + message.format(d=tmp_path)
     assert not tmp_path.with_suffix(".png").exists()
+
+
+def test_demo_refuses_zero_epochs_before_writing(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--epochs", "0", "--no-progress"]) == 2
+    assert one_line_error(capsys) == "paddlejax demo: error: --epochs must be positive, got 0"
+    assert not (tmp_path / "demo").exists()
