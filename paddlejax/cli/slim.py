@@ -10,7 +10,9 @@ a bar chart with ``--report``.
 """
 from __future__ import annotations
 
-from paddlejax.cli.common import check_not_input, plot_path, program_path
+import zipfile
+
+from paddlejax.cli.common import check_not_input, plot_path, program_path, read_arrays
 from paddlejax.cli.table import format_table
 
 QUANTIZE = """Post-training quantization of a saved program: int8 weights and activations, calibrated on
@@ -56,12 +58,9 @@ def _calibration_batches(path: str, batch_size: int, program) -> list:
 
     if batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {batch_size}")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except ValueError as e:  # object arrays would need unpickling: refused
-        raise ValueError(f"{path}: not a plain numeric .npy array ({e})") from None
-    if not isinstance(data, np.ndarray):
-        raise ValueError(f"{path}: expected one .npy array, got an archive of {sorted(data.files)}")
+    if zipfile.is_zipfile(path):
+        raise ValueError(f"{path}: expected one .npy array, got a .npz archive")
+    (data,) = read_arrays(path)  # checked first: no unpickling, no allocation a forged header merely claims
     if len(program.inputs) != 1:
         raise ValueError(f"{program.name} takes {len(program.inputs)} inputs; --calib gives one array")
     if data.ndim == 0 or not len(data):

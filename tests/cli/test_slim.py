@@ -49,7 +49,12 @@ def test_bad_calibration_files_are_refused(mlp, capsys):
     np.save(tmp / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     np.save(tmp / "empty.npy", np.zeros((0, 6), np.float32))
     np.save(tmp / "wrong.npy", np.zeros((4, 5), np.float32))
-    for name, message in [("objects.npy", "not a plain numeric .npy array"),
+    with open(tmp / "forged.npy", "wb") as f:  # a header claiming far more data than follows it
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (9999999, 6)})
+    for name, message in [("objects.npy", "objects.npy: holds Python objects (object), which would need unpickling"),
+                          ("forged.npy", "its header declares float32[9999999, 6] (239,999,976 bytes) but 0 bytes"),
+                          ("mlp.json", "mlp.json: not a .npy array (the magic string is not correct"),
+                          ("", "not a regular file"),
                           ("empty.npy", "the calibration array is empty"),
                           ("wrong.npy", "calibrate: batch 0 does not fit")]:
         args = ["slim", "quantize", str(tmp / "mlp"), "--calib", str(tmp / name), "-o", str(tmp / "out")]
