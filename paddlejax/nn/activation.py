@@ -9,7 +9,7 @@ from __future__ import annotations
 from flax import nnx
 
 from paddlejax import ops
-from paddlejax.nn.args import arg_error, choice, is_int, positive_int
+from paddlejax.nn.args import arg_error, choice, is_int, is_number, positive_int
 from paddlejax.nn.initializer import Constant
 from paddlejax.nn.layer import Layer
 
@@ -124,7 +124,7 @@ class LeakyReLU(Layer):
     """
 
     def __init__(self, negative_slope=0.01):
-        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
+        if not is_number(negative_slope):
             raise arg_error("LeakyReLU", "negative_slope", "a number", negative_slope)
         self._negative_slope = float(negative_slope)
 
@@ -171,7 +171,7 @@ class PReLU(Layer):
     def __init__(self, num_parameters=1, init=0.25, weight_attr=None, data_format="NCHW", *,
                  rngs: nnx.Rngs | None = None):
         num = positive_int("PReLU", "num_parameters", num_parameters)
-        if isinstance(init, bool) or not isinstance(init, (int, float)):
+        if not is_number(init):
             raise arg_error("PReLU", "init", "a number", init)
         self._data_format = choice("PReLU", "data_format", data_format, ops.prelu.attrs["data_format"].choices)
         self.weight = self.create_parameter((num,), weight_attr, default_initializer=Constant(float(init)), rngs=rngs,

@@ -22,6 +22,20 @@ def is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_number(value) -> bool:
+    """A real number (Python or numpy scalar), not a bool.
+
+    >>> is_number(np.float32(0.1)), is_number(2), is_number(True)
+    (True, True, False)
+    """
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_bool(value) -> bool:
+    """A Python or numpy bool."""
+    return isinstance(value, (bool, np.bool_))
+
+
 def positive_int(layer: str, name: str, value, minimum: int = 1) -> int:
     """``value`` as an int of at least ``minimum``."""
     if not is_int(value) or value < minimum:

@@ -11,7 +11,7 @@ from flax import nnx
 
 from paddlejax import ops
 from paddlejax.nn import functional as F
-from paddlejax.nn.args import arg_error, choice, is_int, positive_int, probability
+from paddlejax.nn.args import arg_error, choice, is_int, is_number, positive_int, probability
 from paddlejax.nn.layer import Layer
 from paddlejax.nn.random import RngKey
 from paddlejax.ops.conv import CONV_LAYOUTS
@@ -159,7 +159,7 @@ class _Pad(Layer):
         layer = type(self).__name__
         data_format = CONV_LAYOUTS[self._ndim][0] if data_format is None else data_format
         self._mode = choice(layer, "mode", mode, F.PAD_MODES)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise arg_error(layer, "value", "a number", value)
         self._value = float(value)
         self._paddings = F.pad_paddings(layer, padding, self._ndim, data_format)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from paddlejax import ops
 from paddlejax.nn import random
-from paddlejax.nn.args import arg_error, choice, is_int, positive_int, probability
+from paddlejax.nn.args import arg_error, choice, is_int, is_number, positive_int, probability
 from paddlejax.nn.conv import spatial_padding
 from paddlejax.ops.conv import CONV_LAYOUTS
 from paddlejax.ops.common import channel_axis
@@ -393,7 +393,7 @@ def smooth_l1_loss(input, label, reduction="mean", delta=1.0):
     >>> smooth_l1_loss(jnp.array([0.5, 3.0]), jnp.zeros(2), reduction="none").tolist()
     [0.125, 2.5]
     """
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or delta <= 0:
+    if not is_number(delta) or delta <= 0:
         raise arg_error("smooth_l1_loss", "delta", "a positive number", delta)
     x, y = _pair("smooth_l1_loss", input, label)
     d = jnp.abs(x - y)
@@ -421,8 +421,21 @@ def kl_div(input, label, reduction="mean", log_target=False):
     return _reduce("kl_div", loss, reduction, jnp.result_type(input))
 
 
-def _weighted(loss, weight):
-    return loss if weight is None else loss * jnp.asarray(weight, loss.dtype)
+def _fitted(name, arg, weight, like):
+    """``weight`` in ``like``'s dtype, checked to broadcast to ``like``'s shape."""
+    weight = jnp.asarray(weight, like.dtype)
+    try:
+        fits = jnp.broadcast_shapes(weight.shape, like.shape) == like.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name}: input '{arg}' expects a shape that broadcasts to {tuple(like.shape)}, "
+                         f"got {tuple(weight.shape)}")
+    return weight
+
+
+def _weighted(name, loss, weight):
+    return loss if weight is None else loss * _fitted(name, "weight", weight, loss)
 
 
 def binary_cross_entropy(input, label, weight=None, reduction="mean"):
@@ -430,7 +443,8 @@ def binary_cross_entropy(input, label, weight=None, reduction="mean"):
     ``input``; each log is clipped at -100, as in Paddle, so 0 and 1 give finite losses."""
     x, y = _pair("binary_cross_entropy", input, label)
     loss = -(y * jnp.maximum(jnp.log(x), -100) + (1 - y) * jnp.maximum(jnp.log1p(-x), -100))
-    return _reduce("binary_cross_entropy", _weighted(loss, weight), reduction, jnp.result_type(input))
+    return _reduce("binary_cross_entropy", _weighted("binary_cross_entropy", loss, weight), reduction,
+                   jnp.result_type(input))
 
 
 def binary_cross_entropy_with_logits(logit, label, weight=None, reduction="mean", pos_weight=None):
@@ -441,11 +455,12 @@ def binary_cross_entropy_with_logits(logit, label, weight=None, reduction="mean"
     >>> round(float(binary_cross_entropy_with_logits(jnp.zeros(2), jnp.array([0.0, 1.0]))), 4)  # log 2
     0.6931
     """
-    x, y = _pair("binary_cross_entropy_with_logits", logit, label)
-    log_weight = 1 if pos_weight is None else 1 + (jnp.asarray(pos_weight, x.dtype) - 1) * y
+    name = "binary_cross_entropy_with_logits"
+    x, y = _pair(name, logit, label)
+    log_weight = 1 if pos_weight is None else 1 + (_fitted(name, "pos_weight", pos_weight, y) - 1) * y
     # -log(sigmoid(x)) = log(1 + exp(-|x|)) + max(-x, 0)
     loss = (1 - y) * x + log_weight * (jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0))
-    return _reduce("binary_cross_entropy_with_logits", _weighted(loss, weight), reduction, jnp.result_type(logit))
+    return _reduce(name, _weighted(name, loss, weight), reduction, jnp.result_type(logit))
 
 
 __all__ = [

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from paddlejax.nn import functional as F
-from paddlejax.nn.args import arg_error, choice, is_int
+from paddlejax.nn.args import arg_error, choice, is_bool, is_int, is_number
 from paddlejax.nn.layer import Layer
 
 
@@ -62,14 +62,13 @@ class CrossEntropyLoss(_Loss):
         if not is_int(axis):
             raise arg_error("CrossEntropyLoss", "axis", "an int", axis)
         for name, flag in (("soft_label", soft_label), ("use_softmax", use_softmax)):
-            if not isinstance(flag, bool):
+            if not is_bool(flag):
                 raise arg_error("CrossEntropyLoss", name, "a bool", flag)
-        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
-                or not 0 <= label_smoothing <= 1:
+        if not is_number(label_smoothing) or not 0 <= label_smoothing <= 1:
             raise arg_error("CrossEntropyLoss", "label_smoothing", "a number in [0, 1]", label_smoothing)
         self.weight = _weight("CrossEntropyLoss", "weight", weight)
-        self._args = dict(ignore_index=int(ignore_index), soft_label=soft_label, axis=int(axis),
-                          use_softmax=use_softmax, label_smoothing=float(label_smoothing))
+        self._args = dict(ignore_index=int(ignore_index), soft_label=bool(soft_label), axis=int(axis),
+                          use_softmax=bool(use_softmax), label_smoothing=float(label_smoothing))
 
     def forward(self, input, label):
         return F.cross_entropy(input, label, _value(self.weight), reduction=self._reduction, **self._args)
@@ -130,7 +129,7 @@ class SmoothL1Loss(_Loss):
 
     def __init__(self, reduction="mean", delta=1.0):
         super().__init__(reduction)
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or delta <= 0:
+        if not is_number(delta) or delta <= 0:
             raise arg_error("SmoothL1Loss", "delta", "a positive number", delta)
         self._delta = float(delta)
 
@@ -151,9 +150,9 @@ class KLDivLoss(_Loss):
 
     def __init__(self, reduction="mean", log_target=False):
         super().__init__(reduction)
-        if not isinstance(log_target, bool):
+        if not is_bool(log_target):
             raise arg_error("KLDivLoss", "log_target", "a bool", log_target)
-        self._log_target = log_target
+        self._log_target = bool(log_target)
 
     def forward(self, input, label):
         return F.kl_div(input, label, self._reduction, self._log_target)

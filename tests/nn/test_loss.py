@@ -196,10 +196,29 @@ def test_bfloat16_inputs_give_bfloat16_losses_close_to_float32(loss, args):
     (lambda: nn.CrossEntropyLoss(weight=np.ones(4, np.float32))(LOGITS, LABEL),
      r"cross_entropy: input 'weight' expects shape \(5,\)"),
     (lambda: nn.MSELoss()(X, Y[:2]), r"mse_loss: input 'label' expects the shape of 'input' \(3, 4\), got \(2, 4\)"),
+    (lambda: nn.BCELoss(weight=np.ones(3, np.float32))(np.full((2, 2), 0.5, np.float32), np.zeros((2, 2), np.float32)),
+     r"binary_cross_entropy: input 'weight' expects a shape that broadcasts to \(2, 2\), got \(3,\)"),
+    (lambda: nn.BCEWithLogitsLoss(pos_weight=np.ones(3, np.float32))(np.zeros((2, 2), np.float32),
+                                                                      np.zeros((2, 2), np.float32)),
+     r"binary_cross_entropy_with_logits: input 'pos_weight' expects a shape that broadcasts to \(2, 2\), got \(3,\)"),
+    (lambda: nn.BCEWithLogitsLoss(weight=np.ones((2, 2, 2), np.float32))(np.zeros((2, 2), np.float32),
+                                                                          np.zeros((2, 2), np.float32)),
+     r"binary_cross_entropy_with_logits: input 'weight' expects a shape that broadcasts to \(2, 2\)"),
 ])
 def test_bad_arguments_name_the_layer_and_argument(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_numpy_scalars_are_numbers_and_bools():
+    x, y = np.zeros((2, 3), np.float32), np.array([0, 1])
+    loss = nn.CrossEntropyLoss(label_smoothing=np.float32(0.1), soft_label=np.bool_(False))
+    assert float(loss(x, y)) == pytest.approx(np.log(3), rel=1e-6)
+    assert nn.SmoothL1Loss(reduction="none", delta=np.float32(2.0))(np.array([4.0], np.float32),
+                                                                    np.zeros(1, np.float32)).tolist() == [6.0]
+    assert float(nn.KLDivLoss("sum", log_target=np.bool_(True))(np.zeros(2, np.float32), np.zeros(2, np.float32))) == 0
+    assert nn.Pad1D(1, value=np.float32(2.0))(np.ones((1, 1, 1), np.float32)).tolist() == [[[2.0, 1.0, 2.0]]]
+    assert nn.PReLU(init=np.float64(0.5))(-np.ones((1, 1), np.float32)).tolist() == [[-0.5]]
 
 
 class Criteria(nn.Layer):
