@@ -50,9 +50,16 @@ def _positive_int(owner: str, name: str, value) -> int:
 
 
 def _rate(owner: str, name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value < 0:
-        raise ValueError(f"{owner}: {name} expects a non-negative number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0 \
+            or not math.isfinite(value):
+        raise ValueError(f"{owner}: {name} expects a finite non-negative number, got {value!r}")
     return float(value)
+
+
+def _count_arg(owner: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{owner}: {name} expects an int >= 0, got {value!r}")
+    return int(value)
 
 
 def _decay_factor(owner: str, name: str, value) -> float:
@@ -382,11 +389,16 @@ class OneCycleLR(LRScheduler):
             return end + (start - end) / 2 * (jnp.cos(jnp.pi * pct) + 1)
         return (end - start) * pct + start
 
+    def _phase(self, t, first, last, start, end):
+        if last <= first:  # a phase of no steps (phase_pct * total_steps == 1) ends where it starts
+            return jnp.full_like(t, end)
+        return self._anneal(start, end, (t - first) / (last - first))
+
     def schedule(self, count):
         t = jnp.minimum(_count(count), self.total_steps - 1)
-        rate = self._anneal(*self._phases[-1][2:], (t - self._phases[-1][0]) / (self._phases[-1][1] - self._phases[-1][0]))
-        for first, last, start, end in reversed(self._phases[:-1]):
-            rate = jnp.where(t <= last, self._anneal(start, end, (t - first) / (last - first)), rate)
+        rate = self._phase(t, *self._phases[-1])
+        for phase in reversed(self._phases[:-1]):
+            rate = jnp.where(t <= phase[1], self._phase(t, *phase), rate)
         return rate
 
 
@@ -459,7 +471,9 @@ class ReduceOnPlateau(LRScheduler, Callback):
             raise ValueError(f"ReduceOnPlateau: threshold_mode expects 'rel' or 'abs', got {threshold_mode!r}")
         self.mode, self.threshold_mode, self.monitor = mode, threshold_mode, monitor
         self.factor = _decay_factor("ReduceOnPlateau", "factor", factor)
-        self.patience, self.threshold, self.cooldown = patience, threshold, cooldown
+        self.patience = _count_arg("ReduceOnPlateau", "patience", patience)
+        self.cooldown = _count_arg("ReduceOnPlateau", "cooldown", cooldown)
+        self.threshold = _rate("ReduceOnPlateau", "threshold", threshold)
         self.min_lr, self.epsilon = _rate("ReduceOnPlateau", "min_lr", min_lr), epsilon
         self.cooldown_counter, self.num_bad_epochs, self.best = 0, 0, None
         self.base_lr = self.last_lr = _rate("ReduceOnPlateau", "learning_rate", learning_rate)

@@ -186,6 +186,14 @@ def test_reduce_on_plateau_as_a_trainer_callback_lowers_the_rate_in_the_optimize
                    progress=False).fit((x, y), eval=(x, y), epochs=1, batch_size=16)
 
 
+def test_one_cycle_with_a_warm_up_of_one_step_has_no_nan():
+    # phase_pct * total_steps == 1: the rising phase has no steps, so step 0 is already at the peak
+    sched = lr.OneCycleLR(1.0, total_steps=10, phase_pct=0.1, anneal_strategy="linear", end_learning_rate=0.0)
+    assert [round(float(sched(t)), 4) for t in (0, 1, 9)] == [1.0, round(8 / 9, 4), 0.0]
+    three = lr.OneCycleLR(1.0, total_steps=10, phase_pct=0.1, three_phase=True)
+    assert np.isfinite([float(three(t)) for t in range(10)]).all() and float(three(0)) == 1.0
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: lr.StepDecay(0.5, step_size=0), "StepDecay: step_size expects a positive int, got 0"),
     (lambda: lr.StepDecay(0.5, step_size=2, gamma=1.5), "StepDecay: gamma expects a number below 1"),
@@ -194,7 +202,11 @@ def test_reduce_on_plateau_as_a_trainer_callback_lowers_the_rate_in_the_optimize
     (lambda: lr.OneCycleLR(1.0, 10, phase_pct=0.6, three_phase=True), r"phase_pct expects a fraction in \[0, 0.5\]"),
     (lambda: lr.CyclicLR(0.1, 1.0, 2, mode="sine"), "CyclicLR: mode expects 'triangular'"),
     (lambda: lr.ReduceOnPlateau(0.1, mode="best"), "ReduceOnPlateau: mode expects 'min' or 'max'"),
-    (lambda: lr.ExponentialDecay(-0.1, gamma=0.5), "learning_rate expects a non-negative number"),
+    (lambda: lr.ExponentialDecay(-0.1, gamma=0.5), "learning_rate expects a finite non-negative number"),
+    (lambda: lr.StepDecay(float("nan"), step_size=2), "StepDecay: learning_rate expects a finite non-negative number"),
+    (lambda: lr.CosineAnnealingDecay(float("inf"), T_max=2), "learning_rate expects a finite non-negative number"),
+    (lambda: lr.ReduceOnPlateau(0.1, patience="3"), "ReduceOnPlateau: patience expects an int >= 0, got '3'"),
+    (lambda: lr.ReduceOnPlateau(0.1, cooldown=-1), "ReduceOnPlateau: cooldown expects an int >= 0, got -1"),
 ])
 def test_bad_arguments_are_named(make, message):
     with pytest.raises(ValueError, match=message):
