@@ -172,7 +172,38 @@ def _parse_manifest(doc) -> tuple[list[dict], Any]:
     fields = {"path", "kind", "shape", "dtype", "crc32"}
     if not isinstance(leaves, list) or not all(isinstance(e, dict) and fields <= e.keys() for e in leaves):
         raise _Corrupt("the manifest's leaf list is malformed")
+    for i, entry in enumerate(leaves):
+        problem = _entry_problem(entry)
+        if problem:
+            raise _Corrupt(f"the manifest's leaf {i} is malformed ({problem})")
     return leaves, doc.get("meta")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _entry_problem(entry: dict) -> str | None:
+    """What is wrong with the field types of one manifest leaf entry, or None."""
+    path, shape, dtype, crc = entry["path"], entry["shape"], entry["dtype"], entry["crc32"]
+    if not isinstance(path, list) or not all(isinstance(k, str) for k in path):
+        return f"path {path!r} is not a list of strings"
+    if entry["kind"] not in ("jax", "numpy", "scalar"):
+        return f"kind {entry['kind']!r} is not jax, numpy or scalar"
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        return f"shape {shape!r} is not a list of sizes"
+    if not isinstance(dtype, str):
+        return f"dtype {dtype!r} is not a string"
+    if not dtype.startswith("key<"):
+        try:
+            np_dtype = np.dtype(dtype)
+        except (TypeError, ValueError, SyntaxError):
+            return f"dtype {dtype!r} is not a dtype"
+        if np_dtype.hasobject or np_dtype.type is np.void:  # ml_dtypes (bfloat16, ...) are kind V too
+            return f"dtype {dtype!r} is not an array dtype"
+    if crc is not None and not (_is_int(crc) and 0 <= crc < 2 ** 32):
+        return f"crc32 {crc!r} is not a CRC-32"
+    return None
 
 
 def _stored_dtype(entry):

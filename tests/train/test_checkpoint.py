@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from paddlejax.train.checkpoint import CheckpointError, CheckpointManager, CorruptCheckpointWarning
+from paddlejax.train.checkpoint import CheckpointError, CheckpointManager, CorruptCheckpointWarning, _manifest_crc32
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -250,6 +250,35 @@ def test_a_version_1_manifest_reads_without_its_checksum_and_a_newer_version_is_
         path.write_text(json.dumps({**doc, "version": 3}))
         with pytest.raises(CheckpointError, match="manifest version 3 is not one this paddlejax reads"):
             mgr.restore(step=1)
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("path", None, "path None is not a list of strings"),
+    ("path", [3], "path \\[3\\] is not a list of strings"),
+    ("shape", 5, "shape 5 is not a list of sizes"),
+    ("shape", [-1], "shape \\[-1\\] is not a list of sizes"),
+    ("dtype", None, "dtype None is not a string"),
+    ("dtype", "float33", "dtype 'float33' is not a dtype"),
+    ("dtype", "object", "dtype 'object' is not an array dtype"),
+    ("kind", "pickle", "kind 'pickle' is not jax, numpy or scalar"),
+    ("crc32", "0", "crc32 '0' is not a CRC-32"),
+])
+@pytest.mark.parametrize("like", [False, True])
+def test_a_manifest_with_malformed_leaf_fields_is_skipped(tmp_path, field, value, reason, like):
+    with CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, random_state(1))
+        mgr.save(2, random_state(2))
+        mgr.wait()
+        path = tmp_path / "2" / "manifest" / "metadata"
+        doc = json.loads(path.read_text())
+        doc["leaves"][0][field] = value
+        doc["crc32"] = _manifest_crc32(doc)  # a consistent manifest, only its entries are wrong
+        path.write_text(json.dumps(doc))
+        with pytest.warns(CorruptCheckpointWarning, match=f"step 2 .*leaf 0 is malformed \\({reason}\\)"):
+            restored = mgr.restore(like=random_state(0) if like else None)
+        assert restored.step == 1 and int(restored.state["step"]) == 1
+        with pytest.raises(CheckpointError, match="leaf 0 is malformed"):
+            mgr.restore(step=2)
 
 
 def test_meta_comes_back_as_json_reads_it_and_the_checksum_holds(tmp_path):
