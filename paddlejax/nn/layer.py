@@ -118,14 +118,39 @@ class ParameterList(Layer, nnx.List):
     >>> params.append(layer.create_parameter((3,)))
     >>> len(params), [name for name, _ in params.named_parameters()], params[2][...].shape
     (3, ['0', '1', '2'], (3,))
+
+    Anything else (a plain array would be held but never trained) is refused, however it is added:
+
+    >>> params.append(jnp.ones(3))
+    Traceback (most recent call last):
+    ...
+    ValueError: ParameterList: argument 'value' expects a parameter (nnx.Param), got 'ArrayImpl'
     """
 
     def __init__(self, parameters=None):
         parameters = list(parameters or [])
         for i, p in enumerate(parameters):
-            if not isinstance(p, _PARAMS):
-                raise arg_error("ParameterList", f"parameters[{i}]", "a parameter (nnx.Param)", type(p).__name__)
+            _check_param(f"parameters[{i}]", p)
         nnx.List.__init__(self, parameters)
+
+    def append(self, value) -> None:
+        nnx.List.append(self, _check_param("value", value))
+
+    def insert(self, index, value) -> None:
+        nnx.List.insert(self, index, _check_param("value", value))
+
+    def __setitem__(self, index, value) -> None:
+        if isinstance(index, slice):
+            value = [_check_param("value", v) for v in value]
+        else:
+            _check_param("value", value)
+        nnx.List.__setitem__(self, index, value)
+
+
+def _check_param(name, value):
+    if not isinstance(value, _PARAMS):
+        raise arg_error("ParameterList", name, "a parameter (nnx.Param)", type(value).__name__)
+    return value
 
 
 class Sequential(Layer):

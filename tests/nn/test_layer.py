@@ -126,3 +126,14 @@ def test_parameter_list_holds_parameters_named_by_position(round_trip):
     assert "@scales.2" in round_trip(model, np.ones(3, np.float32))
     with pytest.raises(ValueError, match=r"ParameterList: argument 'parameters\[0\]' expects a parameter"):
         nn.ParameterList([jnp.ones(2)])
+    # a plain array added later would be held but never trained: refused however it comes in
+    for add in (lambda s: s.append(jnp.ones(3)), lambda s: s.insert(0, jnp.ones(3)),
+                lambda s: s.extend([jnp.ones(3)]), lambda s: s.__setitem__(0, jnp.ones(3)),
+                lambda s: s.__setitem__(slice(0, 1), [jnp.ones(3)])):
+        with pytest.raises(ValueError, match=r"ParameterList: argument 'value' expects a parameter \(nnx.Param\), "
+                                             r"got 'ArrayImpl'"):
+            add(model.scales)
+    assert [n for n, _ in model.named_parameters()] == ["scales.0", "scales.1", "scales.2"]
+    model.scales[0] = model.create_parameter((3,))
+    model.scales.insert(1, model.create_parameter((3,)))
+    assert len(jax.tree.leaves(nnx.state(model, nnx.Param))) == 4
