@@ -232,6 +232,8 @@ class Upsample(Layer):
             raise ValueError(f"{layer}: {e}") from None
         if (size is None) == (scale_factor is None):
             raise arg_error(layer, "size", "exactly one of size and scale_factor", (size, scale_factor))
+        if attrs["mode"] == "nearest" and attrs["align_corners"]:
+            raise arg_error(layer, "align_corners", "False with mode='nearest' (as in Paddle)", align_corners)
         self._attrs = tuple(attrs.items())
 
     def forward(self, x):

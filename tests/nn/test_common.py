@@ -224,6 +224,8 @@ def test_linear_and_trilinear_upsample_gradients_and_bfloat16():
      r"interpolate: attribute 'mode' expects 'nearest' or 'bilinear' for a rank-4 input, got 'linear'"),
     (lambda: nn.Upsample(size=3)(np.zeros((1, 1, 3), np.float32)),
      r"interpolate: attribute 'data_format' expects a layout of rank 3 \(NCW, NWC\), got 'NCHW'"),
+    (lambda: nn.Upsample(scale_factor=2, align_corners=True),  # refused when built, not on the first call
+     r"Upsample: argument 'align_corners' expects False with mode='nearest' \(as in Paddle\), got True"),
 ])
 def test_pad_and_upsample_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
