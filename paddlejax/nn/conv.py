@@ -180,20 +180,25 @@ class Conv2DTranspose(_ConvBase):
         self.weight = self.create_parameter(shape, weight_attr, rngs=rngs, arg="weight_attr")
         self.bias = self.create_parameter((self._out_channels,), bias_attr, is_bias=True, rngs=rngs, arg="bias_attr")
 
-    def _attrs(self, output_padding):
-        return dict(stride=self._stride, padding=self._padding, output_padding=output_padding,
-                    dilation=self._dilation, groups=self._groups, data_format=self._data_format)
-
     def forward(self, x, output_size=None):
         args = (x, self.weight[...]) if self.bias is None else (x, self.weight[...], self.bias[...])
-        output_padding = self._output_padding
-        if output_size is not None:
-            want = pair("Conv2DTranspose", "output_size", output_size)
-            smallest = jax.eval_shape(lambda *a: ops.conv2d_transpose(*a, **self._attrs((0, 0))), *args).shape
-            hw = smallest[2:] if self._data_format == "NCHW" else smallest[1:3]
-            output_padding = tuple(w - n for w, n in zip(want, hw))
-            if not all(0 <= p < max(s, d) for p, s, d in zip(output_padding, self._stride, self._dilation)):
-                raise arg_error("Conv2DTranspose", "output_size",
-                                f"sizes from {tuple(hw)} up to {tuple(n + max(s, d) - 1 for n, s, d in zip(hw, self._stride, self._dilation))}",
-                                output_size)
-        return ops.conv2d_transpose(*args, **self._attrs(output_padding))
+        attrs = dict(stride=self._stride, padding=self._padding, output_padding=self._output_padding,
+                     dilation=self._dilation, groups=self._groups, data_format=self._data_format)
+        return conv2d_transpose_to("Conv2DTranspose", args, attrs, output_size)
+
+
+def conv2d_transpose_to(owner, args, attrs, output_size=None):
+    """``ops.conv2d_transpose(*args, **attrs)``, its ``output_padding`` picked to give
+    ``output_size`` (``[h, w]``) if that is given."""
+    if output_size is not None:
+        want = pair(owner, "output_size", output_size)
+        smallest = jax.eval_shape(lambda *a: ops.conv2d_transpose(*a, **{**attrs, "output_padding": (0, 0)}),
+                                  *args).shape
+        hw = smallest[2:] if attrs["data_format"] == "NCHW" else smallest[1:3]
+        strides, dilations = attrs["stride"], attrs["dilation"]
+        attrs = {**attrs, "output_padding": tuple(w - n for w, n in zip(want, hw))}
+        if not all(0 <= p < max(s, d) for p, s, d in zip(attrs["output_padding"], strides, dilations)):
+            raise arg_error(owner, "output_size",
+                            f"sizes from {tuple(hw)} up to {tuple(n + max(s, d) - 1 for n, s, d in zip(hw, strides, dilations))}",
+                            output_size)
+    return ops.conv2d_transpose(*args, **attrs)

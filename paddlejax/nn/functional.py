@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from paddlejax import ops
 from paddlejax.nn import random
 from paddlejax.nn.args import arg_error, choice, is_int, is_number, positive_int, probability
-from paddlejax.nn.conv import spatial_padding
+from paddlejax.nn.conv import conv2d_transpose_to, spatial_padding
 from paddlejax.ops.conv import CONV_LAYOUTS
 from paddlejax.ops.common import channel_axis
 
@@ -125,12 +125,22 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data
 
 
 def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
-                     data_format="NCHW"):
-    """Transposed 2-D convolution with Paddle's ``weight [in_c, out_c / groups, kh, kw]``."""
+                     data_format="NCHW", output_size=None):
+    """Transposed 2-D convolution with Paddle's ``weight [in_c, out_c / groups, kh, kw]``;
+    ``output_size`` (``[h, w]``, instead of ``output_padding``) picks among the output sizes a
+    strided convolution can produce (see :class:`~paddlejax.nn.Conv2DTranspose`).
+
+    >>> conv2d_transpose(jnp.ones((1, 2, 3, 3)), jnp.ones((2, 1, 3, 3)), stride=2, output_size=[8, 8]).shape
+    (1, 1, 8, 8)
+    """
     args = (x, weight) if bias is None else (x, weight, bias)
-    return ops.conv2d_transpose(*args, stride=stride, padding=spatial_padding("conv2d_transpose", padding, data_format),
-                                output_padding=output_padding, groups=groups, dilation=dilation,
-                                data_format=data_format)
+    attrs = dict(stride=stride, padding=spatial_padding("conv2d_transpose", padding, data_format),
+                 output_padding=output_padding, groups=groups, dilation=dilation, data_format=data_format)
+    if output_size is None:
+        return ops.conv2d_transpose(*args, **attrs)
+    if output_padding not in (0, (0, 0), [0, 0]):
+        raise arg_error("conv2d_transpose", "output_padding", "0 when output_size is given", output_padding)
+    return conv2d_transpose_to("conv2d_transpose", args, ops.conv2d_transpose.check_attrs(attrs), output_size)
 
 
 def linear(x, weight, bias=None):

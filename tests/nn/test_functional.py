@@ -74,6 +74,24 @@ def test_convolutions_and_linear_match_the_layers():
         F.conv2d(X.transpose(0, 2, 3, 1), conv.weight[...])
 
 
+def test_conv2d_transpose_takes_paddles_output_size_like_the_layer():
+    local = np.random.default_rng(7)  # apart from the module's stream, which later tests read
+    x, w = local.normal(size=(1, 2, 3, 3)).astype(np.float32), local.normal(size=(2, 4, 3, 3)).astype(np.float32)
+    layer = nn.Conv2DTranspose(2, 4, 3, stride=2, padding=1, bias_attr=False)
+    layer.weight[...] = w
+    for size in ([5, 5], [6, 6], [5, 6]):
+        got = F.conv2d_transpose(x, w, stride=2, padding=1, output_size=size)
+        assert got.shape == (1, 4, *size)
+        np.testing.assert_allclose(got, layer(x, output_size=size), rtol=1e-6)
+    nhwc = F.conv2d_transpose(x.transpose(0, 2, 3, 1), w, stride=2, padding=1, output_size=[6, 6], data_format="NHWC")
+    np.testing.assert_allclose(nhwc, np.asarray(layer(x, output_size=[6, 6])).transpose(0, 2, 3, 1), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"conv2d_transpose: argument 'output_size' expects sizes from \(5, 5\) up "
+                                         r"to \(6, 6\), got \[9, 9\]"):
+        F.conv2d_transpose(x, w, stride=2, padding=1, output_size=[9, 9])
+    with pytest.raises(ValueError, match="conv2d_transpose: argument 'output_padding' expects 0 when output_size"):
+        F.conv2d_transpose(x, w, stride=2, padding=1, output_padding=1, output_size=[6, 6])
+
+
 def test_pooling_functions_match_the_layers():
     np.testing.assert_allclose(F.max_pool2d(X, 2, ceil_mode=True), nn.MaxPool2D(2, ceil_mode=True)(X))
     np.testing.assert_allclose(F.avg_pool2d(X, 3, 1, 1, exclusive=False), nn.AvgPool2D(3, 1, 1, exclusive=False)(X))
