@@ -24,7 +24,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from paddlejax.ops.common import IntOrInts, attr_error, from_channels_last, to_channels_last
+from paddlejax.ops.common import IntOrInts, attr_error, from_channels_last, input_error, to_channels_last
 from paddlejax.ops.registry import Attr, Input, _fail, define
 
 RESIZE_LAYOUTS = ("NCW", "NWC", "NCHW", "NHWC", "NCDHW", "NDHWC")
@@ -99,6 +99,9 @@ def _interpolate(x, *, size, scale_factor, mode, align_corners, align_mode, data
     if mode == "nearest" and align_corners:
         raise attr_error("interpolate", "align_corners", "False with mode='nearest' (as in Paddle)", align_corners)
     xl = to_channels_last(x, data_format)
+    if not all(isinstance(n, (int, np.integer)) for n in xl.shape[1:-1]):
+        raise input_error("interpolate", "x", f"fixed spatial sizes ({data_format}; the batch size may be symbolic)",
+                          tuple(x.shape))
     sizes, ratios = _out_sizes(xl.shape[1:-1], size, scale_factor)
     if tuple(sizes) == tuple(xl.shape[1:-1]):  # Paddle copies an input already of the output size
         return x

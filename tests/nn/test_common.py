@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 from jax.test_util import check_grads
 
+import paddlejax as pj
 import paddlejax.nn as nn
 
 rng = np.random.default_rng(0)
@@ -191,6 +192,14 @@ def test_resize_to_one_reads_index_zero_and_same_size_copies_as_paddle_does():
     # a scale that rounds down to the input's size copies the input
     np.testing.assert_array_equal(nn.Upsample(scale_factor=1.1, mode="bilinear")(x), x)
     np.testing.assert_array_equal(nn.Upsample(scale_factor=1.1)(x), x)
+
+
+def test_upsample_of_symbolic_spatial_sizes_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"interpolate: input 'x' expects fixed spatial sizes \(NCHW; the batch size "
+                                         r"may be symbolic\), got \(1, 3, b, b\)"):
+        pj.trace(nn.Upsample(size=[4, 4], mode="bilinear"), pj.InputSpec((1, 3, None, None)))
+    program = pj.trace(nn.Upsample(scale_factor=2), pj.InputSpec((None, 3, 2, 2)))
+    assert "f32[b,3,4,4]" in str(program)
 
 
 def test_linear_and_trilinear_upsample_gradients_and_bfloat16():
