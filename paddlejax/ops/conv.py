@@ -35,10 +35,10 @@ from paddlejax.ops.common import (LAYOUTS, attr_error, channel_axis, from_channe
 
 
 def paddle_padding(padding, in_hw, k_hw, stride, dilation):
-    """Explicit ``((lo, hi), (lo, hi))`` pads and the dilation to use, resolving SAME/VALID
+    """Explicit ``(lo, hi)`` pads per spatial dim and the dilation to use, resolving SAME/VALID
     the way Paddle does (SAME uses the undilated kernel and resets dilation to 1)."""
     if padding == "VALID":
-        return ((0, 0), (0, 0)), dilation
+        return ((0, 0),) * len(in_hw), dilation
     if padding == "SAME":
         pads = []
         for n, k, s in zip(in_hw, k_hw, stride):

@@ -13,6 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from jax.test_util import check_grads
 
 import paddlejax.nn as nn
+import paddlejax.nn.functional as F
 
 rng = np.random.default_rng(0)
 
@@ -148,6 +149,20 @@ def test_conv1d_and_conv3d_match_numpy_in_both_layouts():
     np.testing.assert_allclose(ndhwc(x3.transpose(0, 2, 3, 4, 1)), want3.transpose(0, 2, 3, 4, 1), rtol=1e-4,
                                atol=1e-4)
     assert op_names(conv1, x) == ["conv1d"] and op_names(conv3, x3) == ["conv3d"]
+
+
+@pytest.mark.parametrize("padding", ["valid", "VALID", "same"])
+def test_conv1d_and_conv3d_take_valid_and_same_padding(padding):
+    x1, w1 = np.ones((1, 2, 10), np.float32), np.ones((3, 2, 4), np.float32)
+    x3, w3 = np.ones((1, 2, 4, 5, 6), np.float32), np.ones((3, 2, 2, 3, 3), np.float32)
+    same = padding == "same"
+    assert nn.Conv1D(2, 3, 4, padding=padding)(x1).shape == (1, 3, 10 if same else 7)
+    assert F.conv1d(x1, w1, padding=padding).shape == (1, 3, 10 if same else 7)
+    assert F.conv3d(x3, w3, padding=padding).shape == ((1, 3, 4, 5, 6) if same else (1, 3, 3, 3, 4))
+    if not same:  # VALID is no padding at all
+        np.testing.assert_array_equal(F.conv1d(x1, w1, padding=padding), F.conv1d(x1, w1, padding=0))
+        np.testing.assert_array_equal(F.conv3d(x3, w3, padding=padding, data_format="NCDHW"),
+                                      F.conv3d(x3, w3, padding=0))
 
 
 def test_conv1d_padding_modes_and_paddle_default_init():
