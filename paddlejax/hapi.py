@@ -123,20 +123,33 @@ class Model:
                 trainer.checkpoints.close()
             trainer.progress, trainer.log_every, trainer.callbacks, trainer.checkpoints = saved
 
-    def evaluate(self, eval_data, batch_size: int = 1, verbose: int = 2) -> dict[str, float]:
+    def evaluate(self, eval_data, batch_size: int = 1, log_freq: int = 10, verbose: int = 2, num_workers: int = 0,
+                 callbacks: Sequence = ()) -> dict[str, float]:
         """Loss and metrics over ``eval_data`` as a dict (``{"loss": ..., "acc": ...}``);
-        ``verbose`` 1 or 2 also prints them."""
-        results = self.trainer.evaluate(eval_data, batch_size=batch_size)
-        if _verbose("Model.evaluate", verbose):
+        ``verbose`` 1 or 2 also prints them. Paddle's other arguments: ``num_workers`` loads the
+        batches in worker processes, ``callbacks`` get ``on_eval_end(trainer, results)``, and
+        ``log_freq`` is accepted (the results come once, at the end)."""
+        loud = _verbose("Model.evaluate", verbose)
+        results = self.trainer.evaluate(_loader(eval_data, batch_size, num_workers), batch_size=batch_size)
+        for callback in callbacks or ():
+            callback.on_eval_end(self.trainer, results)
+        if loud:
             print("eval: " + " ".join(f"{k}={v:.4g}" for k, v in results.items()), flush=True)
         return results
 
-    def predict(self, test_data, batch_size: int = 1) -> list[np.ndarray]:
+    def predict(self, test_data, batch_size: int = 1, num_workers: int = 0, stack_outputs: bool = True,
+                verbose: int = 1, callbacks: Sequence = ()) -> list:
         """The network's outputs over ``test_data`` (input arrays, or a dataset whose samples
         may carry labels: only the first ``len(inputs)`` fields are fed): a list with one array
-        per output, the batches concatenated."""
-        outputs = self.trainer.predict(test_data, batch_size=batch_size)
-        return [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        per output, the batches concatenated; with ``stack_outputs=False`` (Paddle's default)
+        one list of per-batch arrays per output instead. ``num_workers`` loads the batches in
+        worker processes; ``verbose`` and ``callbacks`` are accepted for Paddle's signature."""
+        _verbose("Model.predict", verbose)
+        outputs = self.trainer.predict(_loader(test_data, batch_size, num_workers), batch_size=batch_size)
+        outputs = [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        if stack_outputs:
+            return outputs
+        return [np.split(o, range(batch_size, len(o), batch_size)) for o in outputs]
 
     def save(self, path: str, training: bool = True) -> None:
         """``training=True``: the whole training state (weights, optimizer state, step, epoch) as
@@ -166,6 +179,17 @@ class Model:
         if self._inputs is None:
             raise ValueError("Model.summary: give the model inputs=pj.InputSpec(...) or pass input_size")
         return summary(self.network, *self._inputs)
+
+
+def _loader(data, batch_size, num_workers):
+    """``data`` in a DataLoader with ``num_workers`` workers, when it asks for any."""
+    from paddlejax.data import DataLoader
+
+    if not num_workers or isinstance(data, DataLoader):
+        return data
+    if isinstance(data, np.ndarray) or hasattr(data, "shape"):
+        data = (data,)
+    return DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
 
 
 def _dims(shape) -> str:

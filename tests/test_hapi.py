@@ -122,6 +122,27 @@ def test_summary_takes_paddles_input_size_shapes(capsys):
         pj.summary(net, input_size=[(1, 64)], dtypes=["float32", "int32"])
 
 
+def test_evaluate_and_predict_take_paddles_arguments():
+    m = model()
+    m.prepare(optax.adam(0.01), "cross_entropy", metrics=["accuracy"])
+    x = np.random.default_rng(0).normal(size=(10, 1, 8, 8)).astype("float32")
+    y = (x[:, 0, 0, 0] > 0).astype("int32")
+    seen = []
+
+    class Seen(pj.train.Callback):
+        def on_eval_end(self, trainer, logs):
+            seen.append(sorted(logs))
+
+    results = m.evaluate((x, y), batch_size=4, log_freq=1, verbose=0, num_workers=0, callbacks=[Seen()])
+    assert seen == [["acc", "loss"]]
+    assert m.evaluate((x, y), batch_size=4, verbose=0, num_workers=2) == pytest.approx(results)
+    stacked = m.predict(x, batch_size=4, num_workers=2, verbose=0)
+    assert [o.shape for o in stacked] == [(10, 10)]
+    batches = m.predict(x, batch_size=4, stack_outputs=False, verbose=0, callbacks=[])
+    assert [[b.shape for b in out] for out in batches] == [[(4, 10), (4, 10), (2, 10)]]
+    np.testing.assert_allclose(np.concatenate(batches[0]), stacked[0], rtol=1e-6)
+
+
 def test_misuse_is_named():
     m = model()
     with pytest.raises(RuntimeError, match=r"Model: call prepare\(optimizer, loss, metrics\) first"):
