@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import warnings
 import zlib
 from typing import Any, NamedTuple
@@ -30,6 +31,11 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there, two writers are not detected
+    fcntl = None
 
 MANIFEST_FORMAT = "paddlejax.checkpoint"
 MANIFEST_VERSION = 2  # 2: the manifest carries a CRC-32 of itself; 1 (readable) did not
@@ -59,6 +65,50 @@ class CheckpointError(RuntimeError):
     def __init__(self, message: str, step: int | None = None, meta: Any = None):
         super().__init__(message)
         self.step, self.meta = step, meta
+
+
+# One writer process per directory: two runs saving into one directory would replace and delete
+# each other's checkpoints, and Orbax's temporary directories of a step collide. The lock is an
+# advisory flock on a file in the directory, held by the process from its first save until its
+# managers there close; the kernel drops it when the process dies, so a killed run can resume.
+_LOCK_NAME = ".paddlejax-writer.lock"
+_WRITER_LOCKS: dict[str, list] = {}  # directory -> [open lock file, managers of this process holding it]
+
+
+def _acquire_writer_lock(directory: str) -> bool:
+    """Marks ``directory`` as written by this process; False where nothing is locked (no flock,
+    or a multi-process run, whose processes all save into one directory by design)."""
+    if fcntl is None or jax.process_count() > 1:
+        return False
+    held = _WRITER_LOCKS.get(directory)
+    if held is not None:
+        held[1] += 1
+        return True
+    f = open(os.path.join(directory, _LOCK_NAME), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise CheckpointError(f"CheckpointManager.save: {directory} is being written by {holder}; two runs "
+                              "saving into one directory would replace and delete each other's checkpoints, "
+                              "so give each run its own directory") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"process {os.getpid()} on {socket.gethostname()}")
+    f.flush()
+    _WRITER_LOCKS[directory] = [f, 1]
+    return True
+
+
+def _release_writer_lock(directory: str) -> None:
+    held = _WRITER_LOCKS.get(directory)
+    if held is not None:
+        held[1] -= 1
+        if held[1] == 0:
+            del _WRITER_LOCKS[directory]
+            held[0].close()  # closing the file drops the flock
 
 
 class CorruptCheckpointWarning(UserWarning):
@@ -306,7 +356,9 @@ class CheckpointManager:
     kept (``None`` keeps all). A step that is already saved is never overwritten.
     ``restore(like)`` returns the newest checkpoint that reads back intact as a
     :class:`Restored`, or None when there is none yet; a damaged one is reported with a
-    :class:`CorruptCheckpointWarning` naming its step and the reason, and skipped.
+    :class:`CorruptCheckpointWarning` naming its step and the reason, and skipped. One process
+    writes into a directory: from its first ``save`` until ``close`` (or its end, killed too),
+    another process's ``save`` there raises :class:`CheckpointError`; any may restore.
 
     >>> import tempfile, numpy as np
     >>> mgr = CheckpointManager(tempfile.mkdtemp(), every=2, keep=2)
@@ -333,6 +385,7 @@ class CheckpointManager:
                                                enable_async_checkpointing=bool(async_save), create=True)
         self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=_ITEMS)
         self._bad: set[int] = set()
+        self._locked = False  # whether this manager holds the directory's writer lock
 
     def save(self, step: int, state, meta: dict | None = None, force: bool = False) -> bool:
         """Saves ``state`` (a pytree of arrays) and ``meta`` (a JSON-able dict) as ``step``.
@@ -360,6 +413,8 @@ class CheckpointManager:
         except (TypeError, ValueError) as e:
             raise TypeError(f"CheckpointManager.save: 'meta' expects a JSON-serialisable dict ({e})") \
                 from None
+        if not self._locked:
+            self._locked = _acquire_writer_lock(self.directory)
         self._drop_abandoned(step)
         if step in self._mgr.all_steps():
             return False
@@ -506,7 +561,12 @@ class CheckpointManager:
 
         >>> import tempfile; CheckpointManager(tempfile.mkdtemp()).close()
         """
-        self._mgr.close()
+        try:
+            self._mgr.close()
+        finally:
+            if self._locked:
+                self._locked = False
+                _release_writer_lock(self.directory)
 
     def __enter__(self) -> CheckpointManager:
         return self

@@ -346,6 +346,42 @@ def test_a_writer_killed_mid_save_leaves_a_restorable_directory(tmp_path):
             assert mgr.restore().step == 5
 
 
+HOLDING_WRITER = """
+import sys, time
+import numpy as np
+from paddlejax.train.checkpoint import CheckpointManager
+
+mgr = CheckpointManager(sys.argv[1], every=1, keep=2)
+mgr.save(1, {"a": np.full(4, 1.0, np.float32)}, meta={"who": "child"})
+mgr.wait()
+print("saved", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_process_writing_into_the_directory_is_refused_until_the_first_is_gone(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    child = subprocess.Popen([sys.executable, "-c", HOLDING_WRITER, str(tmp_path)], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "saved"
+        with CheckpointManager(tmp_path, every=1, keep=2) as mgr:
+            with pytest.raises(CheckpointError, match=f"is being written by process {child.pid} .*own directory"):
+                mgr.save(2, {"a": np.full(4, 2.0, np.float32)})
+            restored = mgr.restore()  # reading while another process writes is fine
+            assert restored.step == 1 and restored.meta == {"who": "child"}
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    with CheckpointManager(tmp_path, every=1, keep=2) as mgr, \
+            CheckpointManager(tmp_path, every=1, keep=2) as other:  # one process may hold several
+        assert mgr.save(2, {"a": np.full(4, 2.0, np.float32)}, meta={"who": "parent"})
+        assert other.save(3, {"a": np.full(4, 3.0, np.float32)}, meta={"who": "parent"})
+        other.wait()
+        restored = mgr.restore(like={"a": np.zeros(4, np.float32)})
+    assert restored.step == 3 and restored.state["a"].tolist() == [3.0] * 4
+
+
 def test_bad_arguments_are_named(tmp_path):
     with pytest.raises(ValueError, match="'every' expects a positive int, got 0"):
         CheckpointManager(tmp_path, every=0)
