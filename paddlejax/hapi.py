@@ -266,9 +266,13 @@ def summary(network, *inputs, input_size=None, dtypes=None, print_fn=print) -> d
         if inputs:
             raise ValueError("summary: pass the inputs or input_size, not both")
         inputs = tuple(_size_specs(input_size, dtypes))
-    elif inputs and all(_is_shape(x) or (isinstance(x, list) and x and all(_is_shape(s) for s in x))
-                        for x in inputs):
-        inputs = tuple(_size_specs(inputs[0] if len(inputs) == 1 else list(inputs), dtypes))
+    elif len(inputs) == 1 and isinstance(inputs[0], list) and inputs[0] and all(_is_shape(s) for s in inputs[0]):
+        inputs = tuple(_size_specs(inputs[0], dtypes))  # a list of shapes, one per input
+    elif any(_is_shape(x) for x in inputs):  # shapes among specs or arrays
+        each = list(dtypes) if isinstance(dtypes, (list, tuple)) else [dtypes] * len(inputs)
+        if len(each) != len(inputs):
+            raise ValueError(f"summary: dtypes expects one dtype or one per input ({len(inputs)}), got {len(each)}")
+        inputs = tuple(_size_specs(x, d)[0] if _is_shape(x) else x for x, d in zip(inputs, each))
     if not inputs:
         raise ValueError("summary: give the inputs (pj.InputSpec, arrays, or shapes such as (-1, 4))")
 

@@ -121,6 +121,19 @@ def test_summary_takes_paddles_input_size_shapes(capsys):
     with pytest.raises(ValueError, match="summary: dtypes expects one dtype or one per input"):
         pj.summary(net, input_size=[(1, 64)], dtypes=["float32", "int32"])
 
+    class Two(nn.Layer):  # two inputs: a shape beside an array, or two shapes with their dtypes
+        def __init__(self):
+            self.emb, self.fc = nn.Embedding(10, 4), nn.Linear(4, 2)
+
+        def forward(self, x, ids):
+            return self.fc(x + self.emb(ids))
+
+    quiet = {"print_fn": lambda table: None}
+    want = {"total_params": 50, "trainable_params": 50, "non_trainable_params": 0}
+    assert pj.summary(Two(), input_size=[(-1, 4), (-1,)], dtypes=["float32", "int32"], **quiet) == want
+    assert pj.summary(Two(), (2, 4), np.zeros(2, np.int32), **quiet) == want
+    assert pj.summary(Two(), (2, 4), (2,), dtypes=["float32", "int32"], **quiet) == want
+
 
 def test_evaluate_and_predict_take_paddles_arguments():
     m = model()
