@@ -4,8 +4,8 @@ A :class:`CheckpointManager` saves a pytree of arrays (jax or numpy, any dtype, 
 Python scalars) plus a JSON-able ``meta`` dict every ``every`` steps, keeps the last ``keep``,
 and restores the newest checkpoint that reads back intact. Orbax writes each checkpoint into a
 temporary directory and renames it when complete, so a process killed mid-write leaves the
-earlier checkpoints usable. Each checkpoint also carries a manifest with a CRC-32 per leaf and
-one over the manifest itself (so ``meta``, e.g. the epoch and the data loader's position, is
+earlier checkpoints usable. Each checkpoint also carries a manifest with its step (a step
+directory copied over another is not taken for it), a CRC-32 per leaf and one over the manifest itself (so ``meta``, e.g. the epoch and the data loader's position, is
 covered too); a checkpoint that fails to read or to verify is reported with a warning and
 skipped.
 
@@ -418,7 +418,7 @@ class CheckpointManager:
         self._drop_abandoned(step)
         if step in self._mgr.all_steps():
             return False
-        manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "meta": meta,
+        manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "step": step, "meta": meta,
                     "leaves": _describe(state)}
         manifest["crc32"] = _manifest_crc32(manifest)
         args = ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -514,7 +514,11 @@ class CheckpointManager:
             doc = self._mgr.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore()))
         except Exception as e:
             raise _Corrupt(f"manifest unreadable: {_reason(e)}") from None
-        return _parse_manifest(doc["manifest"])
+        leaves, meta = _parse_manifest(doc["manifest"])
+        saved_as = doc["manifest"].get("step")  # None in checkpoints written before manifests named it
+        if saved_as is not None and saved_as != step:
+            raise _Corrupt(f"it holds the checkpoint of step {saved_as!r} (a copied or renamed step directory)")
+        return leaves, meta
 
     def _restore_step(self, step: int, like) -> Restored:
         entries, meta = self._manifest(step)

@@ -281,6 +281,20 @@ def test_a_manifest_with_malformed_leaf_fields_is_skipped(tmp_path, field, value
             mgr.restore(step=2)
 
 
+def test_a_step_directory_copied_over_a_later_step_is_not_taken_for_it(tmp_path):
+    import shutil
+
+    with CheckpointManager(tmp_path, keep=None) as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, random_state(step))
+        mgr.wait()
+        shutil.rmtree(tmp_path / "3")
+        shutil.copytree(tmp_path / "1", tmp_path / "3")  # consistent files, but step 1's
+        with pytest.warns(CorruptCheckpointWarning, match=r"step 3 .*holds the checkpoint of step 1"):
+            restored = mgr.restore()
+    assert restored.step == 2 and restored.state["step"] == 2
+
+
 def test_meta_comes_back_as_json_reads_it_and_the_checksum_holds(tmp_path):
     meta = {"epoch": 3, "lr": 0.1, "ids": (1, 2), 7: "seven", "nested": {"neg": -0.0, "big": 2**60}}
     with CheckpointManager(tmp_path) as mgr:
