@@ -341,6 +341,15 @@ def _verify(entries, tree) -> dict[tuple[str, ...], Any]:
     return got
 
 
+def _step_arg(method: str, step) -> int | None:
+    """``step`` as given to ``restore``/``read_meta``: None or a non-negative int (NumPy's too)."""
+    if step is None:
+        return None
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"CheckpointManager.{method}: 'step' expects a non-negative int or None, got {step!r}")
+    return int(step)
+
+
 def _reason(error: Exception) -> str:
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     text = f"{type(error).__name__}: {first}" if first else type(error).__name__
@@ -457,6 +466,7 @@ class CheckpointManager:
         (1, dtype(bfloat16), 7, 2)
         >>> mgr.close()
         """
+        step = _step_arg("restore", step)
         self.wait()
         self._mgr.reload()
         saved = sorted(self._mgr.all_steps(), reverse=True)
@@ -492,6 +502,7 @@ class CheckpointManager:
         ...     mgr.read_meta()
         {'epoch': 1}
         """
+        step = _step_arg("read_meta", step)
         self.wait()
         self._mgr.reload()
         saved = sorted(self._mgr.all_steps(), reverse=True)

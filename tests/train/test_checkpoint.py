@@ -408,6 +408,14 @@ def test_bad_arguments_are_named(tmp_path):
             mgr.save(-1, {"x": np.ones(2)})
         with pytest.raises(CheckpointError, match=r"no checkpoint of step 4 .*saved steps: \[\]"):
             mgr.restore(step=4)
+        mgr.save(2, {"x": np.ones(2)}, meta={"epoch": 1})
+        for step in (True, 2.0, "2", -1):  # not taken for step 1 or 2, nor blamed on the checkpoint
+            with pytest.raises(ValueError, match=f"restore: 'step' expects a non-negative int or None, got {step!r}"):
+                mgr.restore(step=step)
+            with pytest.raises(ValueError, match=f"read_meta: 'step' expects a non-negative int or None"):
+                mgr.read_meta(step)
+        restored = mgr.restore(step=np.int64(2))
+        assert type(restored.step) is int and restored.step == 2 and mgr.read_meta(np.int32(2)) == {"epoch": 1}
 
 
 def test_orbax_info_logging_is_silenced_but_warnings_pass(tmp_path, caplog):
