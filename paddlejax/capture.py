@@ -54,10 +54,13 @@ class CaptureWarning(UserWarning):
 class InputSpec:
     """Shape and dtype of an input; ``None`` or a name in ``shape`` is a symbolic size.
 
-    ``None`` stands for the batch size ``b`` shared by all inputs; strings name other sizes.
+    ``None`` on the first axis is the batch size ``b``, shared by all inputs; ``None`` on axis
+    ``i > 0`` is the size ``d<i>`` (a sequence length: ``(None, None)`` is ``(b, d1)``), shared
+    by the inputs that leave that axis open; strings name sizes explicitly.
 
-    >>> InputSpec((None, 28, 28, 1)).shape
-    (None, 28, 28, 1)
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> pj.trace(lambda ids: ids * 2, InputSpec((None, None), "int32")).inputs[0].type.shape
+    ('b', 'd1')
     """
 
     shape: tuple
@@ -65,13 +68,18 @@ class InputSpec:
     name: str | None = None
 
 
-def _symbolic_structs(leaves) -> list:
-    """ShapeDtypeStructs for the inputs, with one shared scope for symbolic sizes."""
+def input_structs(leaves) -> list:
+    """``jax.ShapeDtypeStruct``s for inputs given as :class:`InputSpec`, structs or arrays,
+    their symbolic sizes in one shared scope (so ``b`` is one size across inputs).
+
+    >>> [s.shape for s in input_structs([InputSpec((None, 3)), jax.numpy.ones((2,))])]
+    [(b, 3), (2,)]
+    """
     specs = []
     needs_scope = False
     for x in leaves:
         if isinstance(x, InputSpec):
-            dims = tuple("b" if d is None else d for d in x.shape)
+            dims = tuple(("b" if i == 0 else f"d{i}") if d is None else d for i, d in enumerate(x.shape))
             needs_scope |= any(isinstance(d, str) for d in dims)
             specs.append((dims, jax.numpy.dtype(x.dtype)))
         elif isinstance(x, jax.ShapeDtypeStruct):
@@ -174,7 +182,7 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
     leaves, in_treedef = jax.tree_util.tree_flatten_with_path(tuple(example_inputs),
                                                               is_leaf=lambda x: isinstance(x, InputSpec))
     input_names = [_input_name(p, arg_names, x) for p, x in leaves]
-    structs = _symbolic_structs([x for _, x in leaves])
+    structs = input_structs([x for _, x in leaves])
     param_names = list(flat_params)
     out_tree = []
 

@@ -23,10 +23,9 @@ import os
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from paddlejax.capture import InputSpec
+from paddlejax.capture import InputSpec, input_structs
 
 _VERBOSE = {0: False, 1: True, 2: "epoch"}
 
@@ -298,7 +297,7 @@ def summary(network, *inputs, input_size=None, dtypes=None, print_fn=print) -> d
     for cls in classes:
         cls.__call__ = recorder(cls, cls.__call__)
     try:
-        jax.eval_shape(lambda *xs: copy(*xs), *_structs(inputs))
+        jax.eval_shape(lambda *xs: copy(*xs), *input_structs(inputs))
     finally:
         for cls, own in patched.items():
             if own is None:
@@ -319,16 +318,3 @@ def summary(network, *inputs, input_size=None, dtypes=None, print_fn=print) -> d
               f"Non-trainable params: {other:,}", "-" * (width + 22)]
     print_fn("\n".join(lines))
     return {"total_params": trainable + other, "trainable_params": trainable, "non_trainable_params": other}
-
-
-def _structs(inputs) -> list[jax.ShapeDtypeStruct]:
-    """Abstract values of specs or arrays; None sizes become the shared symbolic batch size ``b``."""
-    (batch,) = jax.export.symbolic_shape("b")
-    out = []
-    for x in inputs:
-        if isinstance(x, InputSpec):
-            shape = tuple(batch if d is None else d for d in x.shape)
-            out.append(jax.ShapeDtypeStruct(shape, jnp.dtype(x.dtype)))
-        else:
-            out.append(jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)))
-    return out

@@ -109,6 +109,15 @@ def test_symbolic_batch_size():
         np.testing.assert_allclose(prog(x), x.reshape(n, -1).sum(axis=1))
 
 
+def test_open_sizes_on_later_axes_are_not_the_batch_size():
+    # (None, None) once made both sizes the batch size b: only square batches could run
+    prog = pj.trace(lambda ids, mask: (ids * mask).sum(axis=1), pj.InputSpec((None, None), "int32"),
+                    pj.InputSpec((None, None), "int32"))
+    assert [v.type.shape for v in prog.inputs] == [("b", "d1"), ("b", "d1")]
+    ids = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
+    np.testing.assert_array_equal(prog(ids, jnp.ones_like(ids)), [3, 12])
+
+
 def test_named_symbolic_sizes_are_shared_between_inputs():
     prog = pj.trace(lambda a, b: a @ b, pj.InputSpec(("n", "k")), pj.InputSpec(("k", 4)))
     assert str(prog.outputs[0].type) == "f32[n,4]"
