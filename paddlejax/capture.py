@@ -56,7 +56,8 @@ class InputSpec:
 
     ``None`` on the first axis is the batch size ``b``, shared by all inputs; ``None`` on axis
     ``i > 0`` is the size ``d<i>`` (a sequence length: ``(None, None)`` is ``(b, d1)``), shared
-    by the inputs that leave that axis open; strings name sizes explicitly.
+    by the inputs that leave that axis open; strings name sizes explicitly (``"b"`` for the batch
+    size elsewhere, as in an RNN state ``(layers, "b", hidden)``).
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> pj.trace(lambda ids: ids * 2, InputSpec((None, None), "int32")).inputs[0].type.shape

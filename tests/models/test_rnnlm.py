@@ -158,7 +158,7 @@ def test_static_program_equals_eager_and_survives_save_load(cell, tmp_path):
 def test_static_program_takes_states_and_lengths():
     model = tiny("lstm")
     model.eval()
-    state = pj.InputSpec((2, None, 6))
+    state = pj.InputSpec((2, "b", 6))  # the batch size on axis 1: named, since None there is a size of its own
     prog = pj.to_static(model, pj.InputSpec((None, 8), "int32"), (state, state), pj.InputSpec((None,), "int32"))
     x, h, c, lengths = ids(2, 8), jnp.ones((2, 2, 6)) * 0.3, jnp.ones((2, 2, 6)) * -0.2, jnp.array([8, 2])
     assert [v.name for v in prog.inputs] == ["input_ids", "initial_states.0", "initial_states.1", "sequence_length"]

@@ -196,7 +196,7 @@ def test_resize_to_one_reads_index_zero_and_same_size_copies_as_paddle_does():
 
 def test_upsample_of_symbolic_spatial_sizes_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"interpolate: input 'x' expects fixed spatial sizes \(NCHW; the batch size "
-                                         r"may be symbolic\), got \(1, 3, b, b\)"):
+                                         r"may be symbolic\), got \(1, 3, d2, d3\)"):
         pj.trace(nn.Upsample(size=[4, 4], mode="bilinear"), pj.InputSpec((1, 3, None, None)))
     program = pj.trace(nn.Upsample(scale_factor=2), pj.InputSpec((None, 3, 2, 2)))
     assert "f32[b,3,4,4]" in str(program)

@@ -427,3 +427,14 @@ def test_orbax_info_logging_is_silenced_but_warnings_pass(tmp_path, caplog):
     orbax_file = os.path.join(os.sep, "site-packages", "orbax", "checkpoint", "x.py")
     warning = logging.LogRecord("absl", logging.WARNING, orbax_file, 1, "a warning", None, None)
     assert logging.getLogger("absl").filter(warning)
+
+
+def test_a_process_that_never_closes_its_manager_exits_without_an_unclosed_file_warning(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import jax.numpy as jnp\nfrom paddlejax.train.checkpoint import CheckpointManager\n"
+            f"m = CheckpointManager({str(tmp_path)!r})\nm.save(1, {{'a': jnp.ones(2)}})\nm.wait()\n")
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ResourceWarning" not in done.stderr
