@@ -9,6 +9,7 @@ program @<lambda>(%x: f32[2,3]) -> (f32[2,3]) {
 """
 from __future__ import annotations
 
+import json
 import re
 
 from paddlejax.ir.attrs import format_value
@@ -16,6 +17,17 @@ from paddlejax.ir.core import Block, Op, Program, Value
 from paddlejax.ops import registry
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.]")
+# Program, parameter and constant names print bare when made of these, quoted otherwise.
+BARE_SYMBOL = re.compile(r"[A-Za-z0-9_.<>/\-]+")
+
+
+def format_symbol(name: str) -> str:
+    """``@name``, or ``@"name"`` (escaped as a JSON string) when ``name`` has other characters.
+
+    >>> print(format_symbol("layer1.0.conv1.weight"), format_symbol('my "model"'))
+    @layer1.0.conv1.weight @"my \\"model\\""
+    """
+    return "@" + (name if BARE_SYMBOL.fullmatch(name) else json.dumps(name, ensure_ascii=False))
 
 
 class Namer:
@@ -64,9 +76,9 @@ def _op_lines(op: Op, namer: Namer, indent: str, locs: bool) -> list[str]:
     results = ", ".join(f"%{namer.result(r)}" for r in op.results)
     types = ", ".join(str(r.type) for r in op.results)
     if op.type == "param":
-        head = f"param @{op.attrs['name']}"
+        head = f"param {format_symbol(op.attrs['name'])}"
     elif op.type == "constant" and "name" in op.attrs:
-        head = f"constant @{op.attrs['name']}"
+        head = f"constant {format_symbol(op.attrs['name'])}"
     elif op.type == "constant":
         head = f"constant {format_value(op.attrs['value'])}"
     else:
@@ -109,7 +121,7 @@ def format_program(program: Program, locs: bool = False) -> str:
     namer = Namer()
     args = ", ".join(f"%{namer.arg(a)}: {a.type}" for a in program.body.args)
     outs = ", ".join(str(v.type) for v in program.outputs)
-    lines = [f"program @{program.name}({args}) -> ({outs}) {{"]
+    lines = [f"program {format_symbol(program.name)}({args}) -> ({outs}) {{"]
     for op in program.body.ops:
         lines += _op_lines(op, namer, "  ", locs)
     lines.append("}")
