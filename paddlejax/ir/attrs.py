@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import enum
 import functools
+import json
 import math
 import operator
 
@@ -246,7 +247,7 @@ def decode(data, depth: int = 0):
 def format_value(value) -> str:
     """How an attribute value reads in the text form."""
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value, ensure_ascii=False)  # quotes and control characters escaped
     if isinstance(value, SymDim):
         return value.expr
     if isinstance(value, enum.Enum):
