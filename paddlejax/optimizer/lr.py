@@ -521,10 +521,10 @@ class ReduceOnPlateau(LRScheduler, Callback):
         if self.monitor not in logs:
             raise KeyError(f"ReduceOnPlateau: '{self.monitor}' is not logged; available: {sorted(logs)}")
         self.step(logs[self.monitor])
-        found = optax.tree_utils.tree_get_all_with_path(trainer.state["opt"], "learning_rate")
+        found = optax.tree_utils.tree_get_all_with_path(trainer.state.opt, "learning_rate")
         if not found:
             raise ValueError("ReduceOnPlateau: the optimizer keeps no learning_rate in its state; build it with "
                              "optax.inject_hyperparams, e.g. optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)")
         old = found[0][1]
         new = jax.device_put(np.asarray(self.last_lr, old.dtype), old.sharding)
-        trainer.state["opt"] = optax.tree_utils.tree_set(trainer.state["opt"], learning_rate=new)
+        trainer.state = trainer.state.replace(opt=optax.tree_utils.tree_set(trainer.state.opt, learning_rate=new))

@@ -1,6 +1,11 @@
 """Callbacks: hooks the Trainer calls at the start and end of training, epochs, steps and
 evaluations, with the latest logs (``{"loss": ..., "eval_acc": ...}``).
 
+During ``fit`` the Trainer calls its own callbacks first, in this order: logging to the history
+and TensorBoard (:class:`~paddlejax.train.history.HistoryLogger`), the progress bar
+(:class:`~paddlejax.train.progress.ProgressBar`) and checkpoints
+(:class:`~paddlejax.train.checkpointing.Checkpointing`); then the ``callbacks`` it was given.
+
 >>> seen = []
 >>> cb = LambdaCallback(on_epoch_end=lambda trainer, epoch, logs: seen.append(epoch))
 >>> cb.on_epoch_end(None, 0, {}); seen
@@ -23,7 +28,11 @@ class Callback:
 
     def on_epoch_end(self, trainer, epoch: int, logs: dict) -> None: ...
 
-    def on_step_end(self, trainer, step: int, logs: dict) -> None: ...
+    def on_step_end(self, trainer, step: int, logs: dict) -> None:
+        """Every ``log_every`` steps (and at an epoch's last), with the step's logs."""
+
+    def on_train_batch_end(self, trainer, step: int) -> None:
+        """After every step, logged or not (and after the evaluation ``eval_every`` asks for)."""
 
     def on_eval_end(self, trainer, logs: dict) -> None: ...
 

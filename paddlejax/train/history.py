@@ -1,4 +1,5 @@
-"""What a training run logs: a history of scalars, TensorBoard event files and a curves plot.
+"""What a training run logs: a history of scalars, TensorBoard event files and a curves plot,
+and the callbacks that write them during ``fit`` (:class:`HistoryLogger`, :class:`PlotCurves`).
 
 >>> h = History()
 >>> h.log("train", 1, {"loss": 2.0}); h.log("train", 2, {"loss": 1.0}); h.log("eval", 2, {"loss": 1.5})
@@ -12,6 +13,8 @@ import math
 import os
 
 from paddlejax._extras import require
+from paddlejax.train.callbacks import Callback
+from paddlejax.train.state import learning_rate
 
 
 class History:
@@ -76,3 +79,49 @@ class TensorBoard:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class HistoryLogger(Callback):
+    """Logs a run into ``history`` (and ``tensorboard`` when given): the training logs with the
+    learning rate at every logged step (phase ``"train"``), each evaluation (``"eval"``, at the
+    step it ran after) and each epoch's summary (``"epoch"``, by epoch). The Trainer installs
+    one for its :attr:`~paddlejax.Trainer.history` (and ``log_dir``).
+
+    >>> class Run: step = 3
+    >>> logger = HistoryLogger(History())
+    >>> logger.on_eval_end(Run(), {"eval_loss": 0.5}); logger.history.series("eval", "loss")
+    ([3], [0.5])
+    """
+
+    def __init__(self, history: History, tensorboard: TensorBoard | None = None):
+        self.history, self.tensorboard = history, tensorboard
+
+    def _log(self, phase: str, step: int, values: dict) -> None:
+        self.history.log(phase, step, values)
+        if self.tensorboard is not None:
+            self.tensorboard.log(phase, step, values)
+
+    def on_step_end(self, trainer, step, logs):
+        lr = learning_rate(trainer.state.opt)
+        self._log("train", step, logs if lr is None else {**logs, "lr": lr})
+
+    def on_eval_end(self, trainer, logs):
+        self._log("eval", trainer.step, {k.removeprefix("eval_"): v for k, v in logs.items()})
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        self.history.log("epoch", epoch, logs)
+
+
+class PlotCurves(Callback):
+    """Redraws the training curves (:meth:`History.plot` of the trainer's history) into the PNG
+    at ``path`` after every epoch, so a long run can be watched from a file viewer.
+
+    >>> PlotCurves("runs/curves.png").path
+    'runs/curves.png'
+    """
+
+    def __init__(self, path: str = "curves.png"):
+        self.path = path
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        trainer.history.plot(self.path)

@@ -138,3 +138,34 @@ def get(metric) -> Metric:
     if isinstance(metric, str) and metric.lower() in _BY_NAME:
         return _BY_NAME[metric.lower()]()
     raise ValueError(f"metrics: expects a Metric or one of {sorted(_BY_NAME)}, got {metric!r}")
+
+
+def batch_sums(metrics, outputs, labels, loss) -> dict:
+    """One batch's sums: the loss times the number of rows, the row count, and each metric's
+    sums under ``"<name>.<key>"``.
+
+    >>> import jax.numpy as jnp
+    >>> sums = batch_sums([Accuracy()], jnp.array([[0.0, 1.0], [1.0, 0.0]]), jnp.array([1, 1]), jnp.float32(0.5))
+    >>> sorted(sums), float(sums["loss"])
+    (['acc.correct1', 'acc.count', 'count', 'loss'], 1.0)
+    """
+    n = jnp.asarray(labels).shape[0] if jnp.ndim(labels) else 1
+    sums = {"loss": loss.astype(jnp.float32) * n, "count": jnp.asarray(n, jnp.float32)}
+    for m in metrics:
+        sums.update({f"{m.name}.{k}": v for k, v in m.update(outputs, labels).items()})
+    return sums
+
+
+def results(metrics, sums) -> dict[str, float]:
+    """The mean loss and each metric's numbers from sums added up over batches.
+
+    >>> import jax.numpy as jnp
+    >>> results([Accuracy()], {"loss": 3.0, "count": 4.0, "acc.correct1": 3, "acc.count": 4})
+    {'loss': 0.75, 'acc': 0.75}
+    """
+    totals = jax.device_get(sums)
+    out = {"loss": float(totals["loss"]) / max(float(totals["count"]), 1.0)}
+    for m in metrics:
+        prefix = f"{m.name}."
+        out.update(m.result({k[len(prefix):]: v for k, v in totals.items() if k.startswith(prefix)}))
+    return out

@@ -234,8 +234,8 @@ def test_trainer_with_a_strategy_trains_as_on_one_device(stage):
     np.testing.assert_allclose(many_losses, one_losses, rtol=1e-5)
     assert_same(model_params(many), model_params(one))
     if stage:
-        assert per_device_shapes(many.state["params"]) == {(25,)}  # 8*16 + 16 + 16*3 + 3 = 195 -> 200 / 8
-        assert per_device_shapes(jax.tree.leaves(many.state["opt"])[1]) == {(25,)}
+        assert per_device_shapes(many.state.params) == {(25,)}  # 8*16 + 16 + 16*3 + 3 = 195 -> 200 / 8
+        assert per_device_shapes(jax.tree.leaves(many.state.opt)[1]) == {(25,)}
 
 
 def model_params(trainer):
@@ -275,7 +275,7 @@ def test_a_sharded_training_state_checkpoints_and_resumes(tmp_path):
     fit(1, tmp_path / "run")  # stops after epoch 1, with a checkpoint at step 4
     resumed, steps = fit(2, tmp_path / "run")
     assert steps == [5, 6, 7, 8]  # only the second epoch ran: the sharded state came back from step 4
-    assert per_device_shapes(resumed.state["params"]) == {(25,)}
+    assert per_device_shapes(resumed.state.params) == {(25,)}
     uninterrupted, _ = fit(2, tmp_path / "other")
     assert_same(model_params(resumed), model_params(uninterrupted))
 

@@ -19,7 +19,7 @@ def test_three_lines_make_a_trainer_data_parallel():
     assert trainer.dp is not None and trainer.strategy.sharding.stage == 1
     trainer.fit((x, y), epochs=10, batch_size=16)
     assert trainer.evaluate((x, y))["acc"] > 0.9
-    mu = trainer.state["opt"][0].mu  # ZeRO-1: the flat moment vector, 10 values padded to 16, 2 per device
+    mu = trainer.state.opt[0].mu  # ZeRO-1: the flat moment vector, 10 values padded to 16, 2 per device
     assert mu.shape == (16,) and {s.data.shape for s in mu.addressable_shards} == {(2,)}
 
 

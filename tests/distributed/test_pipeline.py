@@ -211,7 +211,7 @@ def test_trainer_with_a_pipeline_strategy_trains_as_on_one_device(one_device, sc
     assert_close(got, want)
     # between steps each device holds its stage's parameters (and their optimizer state) only: the
     # largest stage's 272 of the 739 floats
-    for leaf in (trainer.state["params"]["float32"], trainer.state["opt"][0].mu["float32"]):
+    for leaf in (trainer.state.params["float32"], trainer.state.opt[0].mu["float32"]):
         assert leaf.shape == (4, 272) and {s.data.shape for s in leaf.addressable_shards} == {(1, 272)}
     assert not np.allclose(got["0.weight"], state_dict(mlp())["0.weight"])  # it did train
     assert trainer.evaluate((np.ones((4, 8), np.float32), np.zeros(4, np.int32)))["acc"] >= 0
@@ -225,7 +225,7 @@ def test_zero1_with_a_pipeline_shards_the_optimizer_state_over_every_device(one_
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     assert_close(state_dict(trainer.model), want)
     # the parameters packed by stage: 4 rows of the largest stage's 272, 1,088 floats, 136 on each device
-    mu = trainer.state["opt"][0].mu
+    mu = trainer.state.opt[0].mu
     assert mu.shape == (1088,) and {s.data.shape for s in mu.addressable_shards} == {(136,)}
 
 

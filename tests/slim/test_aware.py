@@ -33,7 +33,7 @@ def test_qat_loses_no_accuracy_and_converts_to_int8(digits, qat):
 
 
 def test_activation_scales_train_as_moving_averages(digits, qat):
-    extra = qat.state["extra"]
+    extra = qat.state.extra
     names = ["features.0.weight", "features.3.weight", "features.7.weight", "fc.weight"]
     assert sorted(k for k in extra if k.endswith(("_scale", "_state"))) == sorted(
         f"{n}.input_{s}" for n in names for s in ("scale", "state"))

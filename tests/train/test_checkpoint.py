@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from paddlejax.train.checkpoint import CheckpointError, CheckpointManager, CorruptCheckpointWarning, _manifest_crc32
+from paddlejax.train.checkpoint import CheckpointError, CheckpointManager, CorruptCheckpointWarning
+from paddlejax.train.checkpoint.manifest import manifest_crc32
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -272,7 +273,7 @@ def test_a_manifest_with_malformed_leaf_fields_is_skipped(tmp_path, field, value
         path = tmp_path / "2" / "manifest" / "metadata"
         doc = json.loads(path.read_text())
         doc["leaves"][0][field] = value
-        doc["crc32"] = _manifest_crc32(doc)  # a consistent manifest, only its entries are wrong
+        doc["crc32"] = manifest_crc32(doc)  # a consistent manifest, only its entries are wrong
         path.write_text(json.dumps(doc))
         with pytest.warns(CorruptCheckpointWarning, match=f"step 2 .*leaf 0 is malformed \\({reason}\\)"):
             restored = mgr.restore(like=random_state(0) if like else None)

@@ -98,7 +98,7 @@ def test_gradient_accumulation_applies_the_mean_of_the_micro_batches_gradients()
     got = nnx.state(acc.model, nnx.Param)
     assert len(jax.tree.leaves(got)) == 6
     jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6), got, want)
-    assert int(acc.state["step"]) == 2
+    assert int(acc.state.step) == 2
 
 
 def test_gradient_accumulation_without_batch_statistics_is_exact():
@@ -108,9 +108,9 @@ def test_gradient_accumulation_without_batch_statistics_is_exact():
     acc = pj.Trainer(model(), optax.sgd(0.1), accumulate=2, progress=False)
     big.train_batch([x], y)
     acc.train_batch([x[:8]], y[:8])
-    assert np.array_equal(acc.state["params"]["kernel"], model().kernel.get_value())  # not applied yet
+    assert np.array_equal(acc.state.params["kernel"], model().kernel.get_value())  # not applied yet
     acc.train_batch([x[8:]], y[8:])
-    np.testing.assert_allclose(acc.state["params"]["kernel"], big.state["params"]["kernel"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(acc.state.params["kernel"], big.state.params["kernel"], rtol=1e-5, atol=1e-7)
 
 
 def test_clipping_and_weight_decay_are_optax_chains():
@@ -128,7 +128,7 @@ def test_clipping_and_weight_decay_are_optax_chains():
     expected = optax.apply_updates(params, updates)
     t.train_batch([x], y)
     for name in params:
-        np.testing.assert_allclose(t.state["params"][name], expected[name], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(t.state.params[name], expected[name], rtol=1e-5, atol=1e-7)
 
 
 def test_ema_follows_paddles_formula_and_is_used_for_evaluation():
@@ -138,14 +138,14 @@ def test_ema_follows_paddles_formula_and_is_used_for_evaluation():
     seen = []
     for i in range(3):
         t.train_batch([x], y)
-        seen.append(np.asarray(t.state["params"]["l1.kernel"]))
+        seen.append(np.asarray(t.state.params["l1.kernel"]))
     ema = np.asarray(init["l1.kernel"])
     for step, p in enumerate(seen):
         decay = min(0.9, (1 + step) / (10 + step))
         ema = decay * ema + (1 - decay) * p
-    np.testing.assert_allclose(t.state["ema"]["l1.kernel"], ema, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t.state.ema["l1.kernel"], ema, rtol=1e-5, atol=1e-6)
     weights = t._weights(t.state)
-    np.testing.assert_array_equal(weights["l1.kernel"], t.state["ema"]["l1.kernel"])
+    np.testing.assert_array_equal(weights["l1.kernel"], t.state.ema["l1.kernel"])
 
 
 def test_learning_rate_schedule_is_logged():
@@ -170,23 +170,23 @@ def test_bf16_amp_tracks_the_fp32_loss_curve_and_the_program_shows_casts():
     text = str(t.train_program)
     assert re.search(r"cast\(%x\w*\) \{dtype=bfloat16\} : bf16\[b,8\]", text)
     assert re.search(r"= lax.dot_general\(.*: bf16\[b,16\]", text)
-    assert t.state["params"]["l1.kernel"].dtype == jnp.float32  # master weights
+    assert t.state.params["l1.kernel"].dtype == jnp.float32  # master weights
 
 
 def test_fp16_overflow_skips_the_update_and_halves_the_scale():
     x, y = blobs(16)
     t = trainer(amp="fp16")
     t.train_batch([x], y)
-    assert float(t.state["loss_scale"].scale) == 2.0 ** 15
-    before = jax.tree.map(np.asarray, t.state["params"])
+    assert float(t.state.loss_scale.scale) == 2.0 ** 15
+    before = jax.tree.map(np.asarray, t.state.params)
     t.train_batch([np.full_like(x, 1e6)], y)  # float16 overflows (max 65504)
-    assert float(t.state["loss_scale"].scale) == 2.0 ** 14
-    assert int(t.state["loss_scale"].good_steps) == 0
+    assert float(t.state.loss_scale.scale) == 2.0 ** 14
+    assert int(t.state.loss_scale.good_steps) == 0
     for name, value in before.items():
-        np.testing.assert_array_equal(t.state["params"][name], value)
+        np.testing.assert_array_equal(t.state.params[name], value)
     t.train_batch([x], y)
-    assert int(t.state["loss_scale"].good_steps) == 1
-    assert not np.array_equal(t.state["params"]["l1.kernel"], before["l1.kernel"])
+    assert int(t.state.loss_scale.good_steps) == 1
+    assert not np.array_equal(t.state.params["l1.kernel"], before["l1.kernel"])
 
 
 def test_loss_scale_grows_after_enough_good_steps():
@@ -346,7 +346,7 @@ def test_passes_rewrite_the_programs_and_their_state_trains_and_checkpoints(tmp_
     t.fit((x, y), epochs=2, batch_size=16)
     assert "fake_quantize" in str(t.train_program) and "moving_average_abs_max" in str(t.train_program)
     assert "moving_average_abs_max" not in str(t.eval_program)
-    scales = {k: float(v) for k, v in t.state["extra"].items() if k.endswith("input_scale")}
+    scales = {k: float(v) for k, v in t.state.extra.items() if k.endswith("input_scale")}
     assert sorted(scales) == ["l1.weight.input_scale", "l2.weight.input_scale"]
     np.testing.assert_allclose(scales["l1.weight.input_scale"], np.abs(x).max(), rtol=0.2)
     assert t.evaluate((x, y))["acc"] > 0.9
@@ -354,7 +354,7 @@ def test_passes_rewrite_the_programs_and_their_state_trains_and_checkpoints(tmp_
                          checkpoint_dir=str(tmp_path))
     resumed.fit((x, y), epochs=2, batch_size=16)  # restores the finished run: nothing left to train
     assert resumed.step == t.step
-    assert {k: float(resumed.state["extra"][k]) for k in scales} == scales
+    assert {k: float(resumed.state.extra[k]) for k in scales} == scales
 
 
 def test_a_pass_that_changes_nothing_warns_and_a_misspelt_one_fails():

@@ -1,0 +1,178 @@
+"""Checkpoints of a Trainer's whole training state, and the :class:`Checkpointing` callback that
+writes them during ``fit`` and resumes from them.
+
+On disk (through :class:`~paddlejax.train.checkpoint.CheckpointManager`) the state is its leaves
+numbered in the order of :meth:`TrainState.as_dict <paddlejax.train.state.TrainState.as_dict>`
+(``{"00000": ..., "00001": ...}``), the layout since the first release, so older checkpoints
+restore. The meta holds the epoch, the data loader's position, the input specs (so ``load``
+needs no data) and every entry's name and shape (so a mismatch is told by name).
+
+>>> import jax.numpy as jnp
+>>> from paddlejax.train.state import TrainState
+>>> state = TrainState.create({"w": jnp.ones(2)}, {"bn.mean": jnp.zeros(2)}, ())
+>>> entries(state)
+{'extra/bn.mean': [2], 'loss_scale/scale': [], 'loss_scale/good_steps': [], 'params/w': [2], 'step': []}
+>>> sorted(tree(state))
+['00000', '00001', '00002', '00003', '00004']
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from paddlejax.train.callbacks import Callback
+from paddlejax.train.checkpoint import CheckpointError, CheckpointManager
+from paddlejax.train.state import TrainState
+
+
+def tree(state: TrainState) -> dict:
+    """The tree a checkpoint stores: the state's leaves by number."""
+    return {f"{i:05d}": leaf for i, leaf in enumerate(jax.tree.leaves(state.as_dict()))}
+
+
+def entries(state: TrainState) -> dict[str, list[int]]:
+    """The state's entries by name (``opt/0/mu/l1.kernel``), in leaf order, with their shapes."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(state.as_dict())
+    return {jax.tree_util.keystr(p, simple=True, separator="/"): list(np.shape(v)) for p, v in flat}
+
+
+def _listed(items: list[str], most: int = 4) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def difference(stored: dict, current: dict) -> str:
+    """How two states' :func:`entries` differ, in one line: entries only in one of them, grouped
+    over the model's variables (``opt/0/mu/* (4)``), and variables whose shapes differ.
+
+    >>> difference({"params/w": [2], "opt/0/trace/w": [2]}, {"params/w": [3], "opt/0/mu/w": [3]})
+    'only in the checkpoint: opt/0/trace/w; only in this run: opt/0/mu/w; other shapes: w (2,) -> (3,)'
+    """
+    variables = {n.split("/", 1)[1] for n in (*stored, *current) if n.startswith(("params/", "extra/"))}
+
+    def groups(names) -> str:
+        counts: dict[str, int] = {}
+        for name in names:
+            head, _, last = name.rpartition("/")
+            key = f"{head}/*" if head and last in variables else name
+            counts[key] = counts.get(key, 0) + 1
+        return _listed([f"{k} ({n})" if n > 1 else k for k, n in counts.items()])
+
+    parts = []
+    if only := [n for n in stored if n not in current]:
+        parts.append(f"only in the checkpoint: {groups(only)}")
+    if only := [n for n in current if n not in stored]:
+        parts.append(f"only in this run: {groups(only)}")
+    reshaped = {}
+    for name in stored:
+        if name in current and stored[name] != current[name]:
+            reshaped.setdefault(name.rpartition("/")[2], (stored[name], current[name]))
+    if reshaped:
+        parts.append("other shapes: " + _listed([f"{n} {tuple(a)} -> {tuple(b)}" for n, (a, b) in reshaped.items()]))
+    return "; ".join(parts) or "the same entries in another order"
+
+
+def save(manager: CheckpointManager, trainer, loader=None, force: bool = True) -> bool:
+    """Save ``trainer``'s state as its current step in ``manager``, with the position of
+    ``loader`` (the training data, or None); returns whether a checkpoint was written."""
+    meta = {"epoch": trainer.epoch, "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
+            "inputs": [[list(s.shape), jnp.dtype(s.dtype).name] for s in trainer.specs],
+            "state": entries(trainer.state)}
+    return manager.save(trainer.step, tree(trainer.state), meta=meta, force=force)
+
+
+def _placed_like(restored, old):
+    """``restored`` where ``old`` lives: sharded like it (a ZeRO state stays sharded), or, for
+    an array on one device, uncommitted, so that jit may pair it with sharded ones."""
+    if len(old.sharding.device_set) > 1:
+        return jax.device_put(restored, old.sharding)
+    return jnp.asarray(np.asarray(restored))
+
+
+def restore(manager: CheckpointManager, trainer, step: int | None = None) -> dict | None:
+    """Load the newest intact checkpoint of ``manager`` (or ``step``) into ``trainer``'s built
+    state and epoch; returns its meta, or None when there is no checkpoint."""
+    try:
+        restored = manager.restore(like=tree(trainer.state), step=step)
+    except CheckpointError as e:
+        stored = e.meta.get("state") if isinstance(e.meta, dict) else None
+        if not isinstance(stored, dict):
+            raise
+        raise CheckpointError(f"Trainer: checkpoint step {e.step} in {manager.directory} does not fit this "
+                              f"run's training state ({difference(stored, entries(trainer.state))}); "
+                              "resume with the model and optimizer it was saved with, or start afresh with "
+                              "resume=False or another checkpoint_dir", step=e.step, meta=e.meta) from None
+    if restored is None:
+        return None
+    leaves, treedef = jax.tree.flatten(trainer.state.as_dict())
+    placed = [_placed_like(restored.state[k], old) for k, old in zip(sorted(restored.state), leaves)]
+    trainer.state = TrainState(**jax.tree.unflatten(treedef, placed))
+    trainer.epoch = restored.meta["epoch"]
+    return restored.meta
+
+
+def load(trainer, path: str, step: int | None = None) -> None:
+    """Load the checkpoint of ``step`` (default: the newest intact one) in the directory ``path``
+    into ``trainer`` and its model, building its state first, from the input specs the
+    checkpoint records, when no batch has built it yet."""
+    from paddlejax.capture import InputSpec
+
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"Trainer.load: no checkpoint directory at {path}")
+    with CheckpointManager(path) as manager:
+        if trainer.state is None:
+            meta = manager.read_meta(step)
+            if not isinstance(meta, dict) or "inputs" not in meta:
+                raise CheckpointError(f"Trainer.load: {path} holds no checkpoint with input specs (none saved, "
+                                      "or one from an older paddlejax); run one batch through the trainer "
+                                      "first (train_batch or evaluate), then load")
+            trainer.build(*(InputSpec(tuple(shape), dtype) for shape, dtype in meta["inputs"]))
+        if restore(manager, trainer, step) is None:
+            raise CheckpointError(f"Trainer.load: no checkpoint in {path}")
+    trainer.sync_model()
+
+
+class Checkpointing(Callback):
+    """Checkpoints during ``fit`` in ``manager``: every ``manager.every`` steps, after every
+    ``save_freq`` epochs and at the end; with ``resume``, ``fit`` first restores the newest
+    intact checkpoint (state, epoch and the position of ``loader``, the training data). The
+    Trainer installs one for each ``fit`` with a ``checkpoint_dir``.
+
+    >>> import tempfile
+    >>> Checkpointing(CheckpointManager(tempfile.mkdtemp()), loader=[]).save_freq
+    1
+    """
+
+    def __init__(self, manager: CheckpointManager, loader, save_freq: int = 1, resume: bool = True):
+        self.manager, self.loader, self.save_freq, self.resume = manager, loader, save_freq, resume
+
+    def on_train_begin(self, trainer):
+        if not self.resume or self.manager.latest_step() is None:
+            return
+        from paddlejax.data import DataLoader
+
+        # the state must exist before it is restored: build it from the first batch's shapes
+        peek = DataLoader(self.loader.dataset, batch_size=self.loader.batch_size, device_prefetch=0)
+        trainer.build(*next(iter(peek))[:-1])
+        meta = restore(self.manager, trainer)
+        if meta is not None and meta.get("loader") is not None:
+            self.loader.load_state_dict(meta["loader"])
+
+    def on_train_batch_end(self, trainer, step):
+        if step % self.manager.every == 0:
+            save(self.manager, trainer, self.loader, force=False)
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        finished = trainer.epoch > epoch  # not stopped part-way
+        if finished and (epoch + 1) % self.save_freq == 0:
+            self._save_unsaved(trainer)
+
+    def on_train_end(self, trainer):
+        self._save_unsaved(trainer)  # the last step, whether the run finished or stopped early
+        self.manager.wait()
+
+    def _save_unsaved(self, trainer) -> None:
+        if self.manager.latest_step() != trainer.step:
+            save(self.manager, trainer, self.loader)

@@ -1,0 +1,101 @@
+"""The data-parallel training step (with ZeRO sharding, fused or hierarchical all-reduce and
+gradient merge as the strategy says): every device differentiates its rows of the batch under
+``shard_map``, and :class:`~paddlejax.distributed.DataParallel` averages and applies the
+gradients. Loss and metrics are those of the whole batch.
+
+Batch norm takes the statistics of each device's rows (``BatchNorm1D`` / ``2D``, with a warning)
+or, with ``nn.SyncBatchNorm``, of the whole batch, as on one device; ``batch_norm`` says which
+(``"local"`` or ``"sync"``; None without batch norm) once the program is captured. Evaluation
+and prediction split their batches over the devices too (a last batch they do not divide runs
+whole); in a run of several processes each passes its own rows, ``evaluate`` gives the metrics
+of all of them and ``predict`` the outputs of this process's rows.
+
+>>> import jax.numpy as jnp, optax
+>>> from paddlejax.distributed import Strategy
+>>> builder = DataParallelStep(Strategy(sharding={"stage": 1}))
+>>> params, opt, merge = builder.init({"w": jnp.ones(16)}, {"w": jnp.ones(16)}, optax.adam(0.1))
+>>> opt[0].mu.shape, opt[0].mu.sharding.spec  # ZeRO-1: the moments as one flat vector, split over 8 devices
+((16,), PartitionSpec('dp',))
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from paddlejax.adapter import varying_axes
+from paddlejax.distributed.data_parallel import DataParallel
+from paddlejax.distributed.strategy import Strategy
+from paddlejax.ir.core import Program
+from paddlejax.train.state import TrainState
+from paddlejax.train.steps.base import Objective, StepBuilder, Update
+
+
+class DataParallelStep(StepBuilder):
+    """A step split over the data-parallel devices of ``strategy``'s mesh; ``dp`` is its
+    :class:`~paddlejax.distributed.DataParallel`, which also merges gradients (before
+    communicating), so the optimizer itself does not accumulate."""
+
+    def __init__(self, strategy: Strategy):
+        self.dp = DataParallel(strategy)
+
+    def optimizer(self, tx, grad_clip, weight_decay, accumulate, avg=True) -> optax.GradientTransformation:
+        return super().optimizer(tx, grad_clip, weight_decay, 1, avg)
+
+    def clip(self, max_norm: float) -> optax.GradientTransformation:
+        return self.dp.clip_by_global_norm(max_norm)
+
+    def prepare(self, program: Program) -> None:
+        self.batch_norm = self.dp.check_batch_norm(program)
+
+    def init(self, params: dict, values: dict, tx: optax.GradientTransformation) -> tuple:
+        placed = self.dp.init(params, tx)
+        return placed["params"], placed["opt"], placed["merge"]
+
+    def params(self, stored) -> dict:
+        return self.dp.full_params(stored)
+
+    def place(self, inputs: tuple, labels) -> tuple:
+        return self.dp.shard_batch((inputs, labels))
+
+    def spread(self, batch):
+        """``batch`` split over the devices (XLA partitions the jitted evaluation along it), or
+        as it is when its size does not divide (in a single process: across processes every
+        batch must)."""
+        rows = {np.shape(leaf)[0] for leaf in jax.tree.leaves(batch)}
+        if jax.process_count() == 1 and any(n % self.dp.size for n in rows):
+            return batch
+        return self.dp.shard_batch(batch)
+
+    def update(self, objective: Objective, tx: optax.GradientTransformation, state: TrainState, inputs,
+               labels) -> Update:
+        """Per device, under ``shard_map``: local gradients, averaged (or merged); the update (of
+        this device's ZeRO slice); the loss, state updates and metric sums of the whole batch."""
+        dp = self.dp
+        mean = lambda v: lax.psum(v, dp.axes) / dp.size  # noqa: E731
+
+        def per_device(params, extra, scale, opt, merge, inputs, labels):
+            grads, (loss, outputs, updates) = objective.gradients(dp.local_params(params), extra, scale, inputs,
+                                                                  labels)
+            grads = scale.unscale(grads)
+            sums = jax.tree.map(lambda v: lax.psum(v, dp.axes), objective.sums(outputs, labels, loss))
+            # batch-norm statistics differ per device: keep their mean (keys and counters agree already)
+            updates = {n: mean(v) if varying_axes(v) and jnp.issubdtype(v.dtype, jnp.floating) else v
+                       for n, v in updates.items()}
+            loss = mean(loss)
+            finite = dp.all_finite(grads) & jnp.isfinite(loss)
+            params, opt, merge = dp.apply_gradients(grads, params, opt, merge, tx)
+            return (params, opt, merge), updates, loss, sums, finite
+
+        trained = {"params": state.params, "opt": state.opt, "merge": state.merge}
+        specs, out = dp.specs(trained), dp.update_specs(trained)
+        sharded = jax.shard_map(per_device, mesh=dp.mesh,
+                                in_specs=(specs["params"], P(), P(), specs["opt"], specs["merge"], dp.batch_spec,
+                                          dp.batch_spec),
+                                out_specs=((out["params"], out["opt"], out["merge"]), P(), P(), P(), P()))
+        (params, opt, merge), updates, loss, sums, finite = sharded(
+            state.params, state.extra, state.loss_scale, state.opt, state.merge, inputs, labels)
+        return Update(dp.gather(params), opt, merge, updates, loss, sums, finite)
