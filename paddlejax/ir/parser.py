@@ -108,7 +108,7 @@ class _Parser:
 
     # -- scanning ------------------------------------------------------------------------
     def error(self, message: str, pos: int | None = None) -> ParseError:
-        pos = self.pos if pos is None else pos
+        pos = self.next_token() if pos is None else pos
         line = self.text.count("\n", 0, pos) + 1
         column = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
         return ParseError(message, line, column)
@@ -119,20 +119,23 @@ class _Parser:
         return self.error(f"expected {what}, found {repr(found.group()) if found else 'the end of the text'}")
 
     def skip(self) -> None:
+        self.pos = self.next_token()
+
+    def next_token(self) -> int:
+        """Where the next token starts: past spaces and comments (the text stays unread)."""
         m = _SPACE.match(self.text, self.pos)
-        if m:
-            self.pos = m.end()
+        return m.end() if m else self.pos
 
     def peek(self, pattern: re.Pattern | str):
-        self.skip()
+        pos = self.next_token()
         if isinstance(pattern, str):
-            return pattern if self.text.startswith(pattern, self.pos) else None
-        return pattern.match(self.text, self.pos)
+            return pattern if self.text.startswith(pattern, pos) else None
+        return pattern.match(self.text, pos)
 
     def accept(self, pattern: re.Pattern | str):
         m = self.peek(pattern)
         if m:
-            self.pos += len(m) if isinstance(m, str) else m.end() - m.start()
+            self.pos = self.next_token() + len(m) if isinstance(m, str) else m.end()
         return m
 
     def expect(self, pattern: re.Pattern | str, what: str | None = None):
@@ -183,7 +186,7 @@ class _Parser:
             raise self.expected("a type such as f32[2,3]")
         name = _LONG_DTYPES.get(m.group(1), m.group(1))
         if name not in _dtype_names():
-            raise self.error(f"unknown dtype {m.group(1)!r}")
+            raise self.error(f"unknown dtype {m.group(1)!r}", m.start())
         self.pos = m.end()
         return TensorType(tuple(self.separated(self.dim, "]")), name)
 
@@ -210,6 +213,8 @@ class _Parser:
             self.unary(depth)
 
     def unary(self, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise self.error("dimension expression nested too deeply")
         if self.accept("-"):
             return self.unary(depth + 1)
         if self.accept("("):
@@ -219,10 +224,11 @@ class _Parser:
         if m := self.accept(_DIGITS):
             self.number(m, int)
             return
-        name = self.expect(_NAME, "a dimension (an int or a symbolic size)").group()
+        m = self.expect(_NAME, "a dimension (an int or a symbolic size)")
         if self.peek("("):
-            if name not in attrs_lib._CALLS:
-                raise self.error(f"unknown function {name!r} in a dimension (known: {', '.join(attrs_lib._CALLS)})")
+            if m.group() not in attrs_lib._CALLS:
+                raise self.error(f"unknown function {m.group()!r} in a dimension (known: "
+                                 f"{', '.join(attrs_lib._CALLS)})", m.start())
             self.expect("(")
             self.separated(lambda: self.expression(depth + 1), ")")
 
@@ -394,7 +400,7 @@ class _Parser:
         else:
             loc = self.loc()
         if len(types) != len(results):
-            raise self.error(f"{len(results)} result names for {len(types)} result types", start)
+            raise self.error(f"{len(results)} result names but {len(types)} result type{'' if len(types) == 1 else 's'}", start)
         op = Op(kind, operands, types, attrs, blocks, loc)
         self.positions[op] = start
         for (name, pos), value in zip(results, op.results):
