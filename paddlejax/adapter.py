@@ -319,3 +319,154 @@ def _lax_primitives() -> dict[str, Primitive]:
 def lax_primitive(name: str) -> Primitive | None:
     """The JAX primitive called ``name`` (``"add"``, ``"dot_general"``, …), or None."""
     return _lax_primitives().get(name)
+
+
+def bind_lax(name: str, args, params: dict):
+    """Bind ``lax.<name>`` on ``args`` with ``params``, adding the parameters a program does
+    not hold because they follow from the primitive (a combining scatter's update jaxpr);
+    returns a list of results.
+
+    >>> [y.tolist() for y in bind_lax("scatter-add", [jax.numpy.zeros(2), jax.numpy.array([[1]]),
+    ...     jax.numpy.ones(1)], {"dimension_numbers": jax.lax.ScatterDimensionNumbers((), (0,), (0,)),
+    ...     "indices_are_sorted": True, "unique_indices": True, "mode": jax.lax.GatherScatterMode.CLIP})]
+    [[0.0, 1.0]]
+    """
+    prim = lax_primitive(name)
+    if name in SCATTER_COMBINE:
+        jaxpr, consts = scatter_update_jaxpr(name, np.dtype(args[0].dtype))
+        params = {**params, "update_jaxpr": jaxpr, "update_consts": consts}
+    elif name == "scatter":
+        params = {**params, "update_jaxpr": None, "update_consts": ()}
+    out = prim.bind(*match_varying(args), **params)
+    return list(out) if prim.multiple_results else [out]
+
+
+# How each combining scatter merges an update into the operand: the jaxpr its ``update_jaxpr``
+# parameter holds, which lowering needs and a program rebuilds from the primitive's name.
+SCATTER_COMBINE = {"scatter-add": jax.lax.add, "scatter-sub": jax.lax.sub, "scatter-mul": jax.lax.mul,
+                   "scatter-min": jax.lax.min, "scatter-max": jax.lax.max}
+
+
+def scatter_update_jaxpr(name: str, dtype):
+    """``(update_jaxpr, update_consts)`` of a ``name`` scatter on operands of ``dtype``, as
+    ``jax.lax.scatter_add`` and its siblings make them."""
+    from jax._src.lax import lax as lax_internal  # the one reducer builder scatters use
+
+    return lax_internal._reduction_jaxpr(SCATTER_COMBINE[name], jax.core.ShapedArray((), np.dtype(dtype)))
+
+
+def is_standard_scatter(name: str, params: dict) -> bool:
+    """Whether a scatter equation's update jaxpr is the one its primitive implies (so a program
+    may drop it): none for ``scatter`` (a plain set), the combining op for the others; a
+    ``scatter`` with an update function (``x.at[i].apply(f)``) is not."""
+    jaxpr = params.get("update_jaxpr")
+    if name not in SCATTER_COMBINE:
+        return jaxpr is None
+    expected, _ = scatter_update_jaxpr(name, jaxpr.invars[0].aval.dtype) if jaxpr is not None else (None, ())
+    return (jaxpr is not None and not params.get("update_consts")
+            and [e.primitive for e in jaxpr.eqns] == [e.primitive for e in expected.eqns])
+
+
+def trivial_sharding(value) -> bool:
+    """Whether a ``sharding`` parameter says nothing: a ``NamedSharding`` over the empty mesh
+    that JAX's own transforms (vmap, jacfwd) attach outside any mesh, equivalent to None.
+
+    >>> trivial_sharding(jax.sharding.NamedSharding(jax.sharding.AbstractMesh((), ()),
+    ...                                             jax.sharding.PartitionSpec(None)))
+    True
+    """
+    mesh = getattr(value, "mesh", None)
+    spec = getattr(value, "spec", None)
+    return (isinstance(value, jax.sharding.NamedSharding) and mesh is not None and mesh.empty
+            and all(s is None for s in spec))
+
+
+# ---------------------------------------------------------------------------------------
+# PRNG keys: a program holds a typed key array by its raw data (uint32[..., 2] for the
+# default threefry keys), and the primitives that act on keys by their implementation on
+# that data, as JAX's own lowering does.
+
+KEY_PRIMITIVES = frozenset({"random_wrap", "random_unwrap", "random_clone", "random_seed", "random_split",
+                            "random_fold_in", "random_bits"})
+
+
+def is_key(aval) -> bool:
+    """Whether an abstract value (or array) is a typed PRNG key array."""
+    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key)
+
+
+def key_data_aval(aval):
+    """The abstract value of a key array's raw data (other values are returned as they are)."""
+    from jax._src import core  # no public reader of a key type's data layout
+
+    return core.physical_aval(aval) if is_key(aval) else aval
+
+
+def key_data(value):
+    """The raw data of a typed key array (other values are returned as they are)."""
+    return jax.random.key_data(value) if is_key(value) else value
+
+
+def key_computation(eqn):
+    """A function of the raw data of a key equation's operands that computes the raw data of its
+    results (one value), mirroring JAX's lowering of ``random_split``, ``random_bits`` … .
+
+    >>> eqn = make_jaxpr(lambda k: jax.random.split(k), jax.random.key(0))[0].eqns[0]
+    >>> key_computation(eqn)(jax.random.key_data(jax.random.key(0))).shape
+    (2, 2)
+    """
+    from jax._src.random import prng
+
+    name, params = eqn.primitive.name, eqn.params
+    aval = eqn.invars[0].aval
+    if name in ("random_wrap", "random_unwrap", "random_clone"):
+        return lambda data: data
+    if name == "random_seed":
+        return functools.partial(prng.random_seed_impl_base, impl=params["impl"])
+    impl, ndim = aval.dtype._impl, aval.ndim  # a key dtype names its implementation only here
+    if name == "random_split":
+        return lambda data: prng.random_split_impl_base(impl, data, ndim, shape=params["shape"])
+    if name == "random_bits":
+        return lambda data: prng.random_bits_impl_base(impl, data, ndim, bit_width=params["bit_width"],
+                                                       shape=params["shape"])
+    if name == "random_fold_in":
+        return lambda data, msgs: prng.random_fold_in_impl_base(impl, data, msgs, aval.shape)
+    raise ValueError(f"'{name}' is not a key primitive")
+
+
+# ---------------------------------------------------------------------------------------
+# custom_linear_solve
+
+LINEAR_SOLVE_PARTS = ("matvec", "vecmat", "solve", "transpose_solve")
+
+
+def linear_solve_parts(params) -> tuple[tuple[int, ...], dict]:
+    """``(const_lengths, jaxprs)`` of a ``custom_linear_solve`` equation: how many constants each
+    of its four functions takes (:data:`LINEAR_SOLVE_PARTS` order) and, by name, the closed
+    jaxprs of those present (``vecmat`` and ``transpose_solve`` are absent when the solve
+    defines no transpose)."""
+    lengths = tuple(int(n) for n in params["const_lengths"])
+    jaxprs = {k: j for k, j in zip(LINEAR_SOLVE_PARTS, params["jaxprs"]) if j is not None}
+    return lengths, jaxprs
+
+
+def bind_linear_solve(args, const_lengths, functions: dict):
+    """Bind ``custom_linear_solve`` on ``args`` (the constants of the four functions, then the
+    right-hand side ``b``); ``functions`` maps the names in :data:`LINEAR_SOLVE_PARTS` that are
+    present to Python functions of ``(*constants, *b)``, traced here into the primitive's
+    jaxprs. Gradients then use ``matvec``/``solve`` (forward) and ``vecmat``/``transpose_solve``
+    (reverse) exactly as ``jax.lax.custom_linear_solve`` does."""
+    from jax._src.lax.control_flow import solves
+
+    n = sum(const_lengths)
+    b = args[n:]
+    offsets = np.cumsum((0, *const_lengths))
+    jaxprs = []
+    for i, part in enumerate(LINEAR_SOLVE_PARTS):
+        fn = functions.get(part)
+        consts = args[offsets[i]:offsets[i + 1]]
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*consts, *b)]
+        jaxprs.append(None if fn is None else jax.make_jaxpr(fn)(*structs))
+    prim = solves.linear_solve_p
+    return list(prim.bind(*args, const_lengths=solves._LinearSolveTuple(*const_lengths),
+                          jaxprs=solves._LinearSolveTuple(*jaxprs)))

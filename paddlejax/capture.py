@@ -184,6 +184,11 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
                                                               is_leaf=lambda x: isinstance(x, InputSpec))
     input_names = [_input_name(p, arg_names, x) for p, x in leaves]
     structs = input_structs([x for _, x in leaves])
+    for input_name, struct in zip(input_names, structs):
+        if adapter.is_key(struct):
+            raise CaptureError(f"input '{input_name}' is a typed PRNG key array, which a program cannot take; pass "
+                               "its raw data (jax.random.key_data(key)) and rebuild the key inside the "
+                               "function with jax.random.wrap_key_data")
     param_names = list(flat_params)
     out_tree = []
 
@@ -284,7 +289,7 @@ def _input_name(path, arg_names, x) -> str:
 # Primitives whose sub-jaxpr is inlined: plain calls and remat (a pass decides). A custom
 # derivative whose rule cannot be captured is inlined too, with a CaptureWarning.
 _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-           "checkpoint": "jaxpr", "remat": "jaxpr", "custom_lin": None,
+           "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "custom_lin": None,
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr"}
 
 
@@ -294,16 +299,21 @@ class _Converter:
     def __init__(self, constants: dict[str, Any] | None = None):
         self.constants: dict[str, Any] = {} if constants is None else constants
         self.rule_depth = 0  # how many custom derivative rules enclose the block being built
+        self.remat_segments = 0
 
     def program(self, jaxpr, consts, param_names, params, input_names, in_tree, out_tree, name):
         n_params = len(param_names)
         input_vars = jaxpr.invars[n_params:]
-        body = Block([TensorType.of(v.aval) for v in input_vars], "main", input_names)
+        body = Block([_type(v.aval) for v in input_vars], "main", input_names)
         env = dict(zip(input_vars, body.args))
         for var, pname in zip(jaxpr.invars[:n_params], param_names):
-            env[var] = body.append(Op("param", [], [TensorType.of(var.aval)], {"name": pname})).result
+            env[var] = body.append(Op("param", [], [_type(var.aval)], {"name": pname})).result
         self._bind_consts(body, env, jaxpr.constvars, consts)
         self._convert(jaxpr, body, env)
+        for i, v in enumerate(jaxpr.outvars):
+            if adapter.is_key(v.aval):
+                raise CaptureError(f"output {i} is a typed PRNG key array, which a program cannot return; "
+                                   "return its raw data (jax.random.key_data(key)) instead")
         body.append(Op("return", [self._read(body, env, v) for v in jaxpr.outvars], []))
         used = {op.attrs["name"] for op in body.ops if op.type == "param" and op.result.uses}
         body.ops = [op for op in body.ops if op.type != "param" or op.attrs["name"] in used]
@@ -317,8 +327,8 @@ class _Converter:
             env[var] = self._constant(block, value, var.aval)
 
     def _constant(self, block, value, aval):
-        value = np.asarray(value)
-        ttype = TensorType.of(aval)
+        value = np.asarray(adapter.key_data(value))
+        ttype = _type(aval)
         if value.ndim == 0 and value.dtype != np.dtype("O"):
             attrs = {"value": value.item()}
         else:
@@ -339,7 +349,7 @@ class _Converter:
         return self._block_of(adapter.sub_jaxpr(*adapter.open_jaxpr(closed)), name)
 
     def _block_of(self, sub: adapter.SubJaxpr, name):
-        block = Block([TensorType.of(v.aval) for v in sub.invars], name)
+        block = Block([_type(v.aval) for v in sub.invars], name)
         env = dict(zip(sub.invars, block.args))
         self._bind_consts(block, env, sub.constvars, sub.consts)
         self._convert(sub, block, env)
@@ -351,12 +361,18 @@ class _Converter:
             name = eqn.primitive.name
             operands = [self._read(block, env, v) for v in eqn.invars]
             op = None
+            if name in adapter.KEY_PRIMITIVES:
+                self._inline_key_op(eqn, operands, block, env)
+                continue
             if name in _CUSTOM:
                 op = self._custom_derivative(eqn, operands)
             elif name not in _INLINE:
                 op = self._make_op(eqn, operands)
             if op is None:
+                start = len(block.ops)
                 self._inline(eqn, operands, block, env)
+                if name in _REMAT:
+                    self._mark_remat(block.ops[start:])
                 continue
             block.append(op)
             for var, value in zip(eqn.outvars, op.results):
@@ -368,15 +384,38 @@ class _Converter:
         if key is None:
             raise CaptureError(f"{_where(eqn)}: '{eqn.primitive.name}' cannot be captured")
         inner, consts = adapter.open_jaxpr(eqn.params[key])
+        self._inline_jaxpr(eqn, inner, consts, operands, block, env)
+
+    def _inline_jaxpr(self, eqn, inner, consts, operands, block, env):
         if len(inner.invars) != len(operands):
             raise CaptureError(f"{_where(eqn)}: cannot inline '{eqn.primitive.name}' "
                                f"({len(operands)} operands for {len(inner.invars)} inputs)")
         inner_env = dict(zip(inner.invars, operands))
+        start = len(block.ops)
         self._bind_consts(block, inner_env, inner.constvars, consts)
         self._convert(inner, block, inner_env)
+        loc = adapter.source_line(eqn)
+        for op in block.ops[start:]:  # ops of a function JAX traced once and cached have no line of their own
+            op.loc = op.loc or loc
         for var, out in zip(eqn.outvars, inner.outvars):
             if not adapter.is_dropvar(var):
                 env[var] = self._read(block, inner_env, out)
+
+    def _inline_key_op(self, eqn, operands, block, env):
+        """Inline a PRNG key primitive as its computation on the keys' raw data."""
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in map(adapter.key_data_aval,
+                                                                          (v.aval for v in eqn.invars))]
+        inner, consts = adapter.make_jaxpr(adapter.key_computation(eqn), *structs)
+        self._inline_jaxpr(eqn, inner, consts, operands, block, env)
+
+    def _mark_remat(self, ops):
+        """Ops inlined from ``jax.checkpoint`` form one remat segment, which lowering recomputes
+        in the backward pass as JAX would. (Constants are left out: they are not recomputed and
+        print without attributes.)"""
+        for op in ops:
+            if op.type != "constant":
+                op.attrs["remat_segment"] = self.remat_segments
+        self.remat_segments += 1
 
     def _custom_derivative(self, eqn, operands) -> Op | None:
         """A ``custom_jvp`` / ``custom_vjp`` op keeping the rule, or None when the primal
@@ -410,16 +449,12 @@ class _Converter:
         attrs = {"name": fn_name, "num_consts": params["num_consts"]}
         if zero_tangents:
             attrs["zero_tangents"] = tuple(zero_tangents)
-        result_types = [TensorType.of(v.aval) for v in eqn.outvars]
+        result_types = [_type(v.aval) for v in eqn.outvars]
         blocks = [self._sub_block(params["call_jaxpr"], "primal"), *rules]
         return Op(kind, operands, result_types, attrs, blocks, adapter.source_line(eqn))
 
     def _make_op(self, eqn, operands):
-        if not all(_is_numeric(v.aval) for v in eqn.outvars):
-            raise CaptureError(f"{_where(eqn)}: '{eqn.primitive.name}' makes a typed PRNG key, which a "
-                               "program cannot hold; create keys outside the traced function and pass "
-                               "their raw data (jax.random.key_data) as an input")
-        result_types = [TensorType.of(v.aval) for v in eqn.outvars]
+        result_types = [_type(v.aval) for v in eqn.outvars]
         loc = adapter.source_line(eqn)
         params = eqn.params
         opdef = registry.by_primitive(eqn.primitive)
@@ -442,15 +477,46 @@ class _Converter:
                      **{k: params[k] for k in ("length", "reverse", "unroll")}}
             attrs = attrs_lib.from_jax(attrs)
             return Op("scan", operands, result_types, attrs, [self._sub_block(params["jaxpr"], "body")], loc)
+        if name == "reduce":
+            return Op("reduce", operands, result_types, {"dimensions": tuple(params["dimensions"])},
+                      [self._sub_block(params["jaxpr"], "computation")], loc)
+        if name == "custom_linear_solve":
+            lengths, jaxprs = adapter.linear_solve_parts(params)
+            blocks = [self._sub_block(j, part) for part, j in jaxprs.items()]
+            return Op("custom_linear_solve", operands, result_types, {"const_lengths": lengths}, blocks, loc)
+        if any(adapter.is_key(v.aval) for v in (*eqn.invars, *eqn.outvars)):
+            raise CaptureError(f"{_where(eqn)}: '{name}' on an array of typed PRNG keys cannot be "
+                               "captured (a program holds keys by their raw data and captures only "
+                               "jax.random's own key operations); split, index and fold in keys before "
+                               "reshaping, broadcasting or selecting them, or work on jax.random.key_data(keys)")
         if adapter.lax_primitive(name) is not eqn.primitive:
             raise CaptureError(f"{_where(eqn)}: primitive '{name}' is not a JAX primitive paddlejax "
                                "can capture (only lax primitives and paddlejax ops)")
-        attrs = attrs_lib.from_jax(dict(params))
+        params = dict(params)
+        if name.startswith("scatter"):
+            if not adapter.is_standard_scatter(name, params):
+                raise CaptureError(f"{_where(eqn)}: '{name}' applies a function to the scattered elements "
+                                   "(x.at[i].apply(f)), which a program cannot hold; write "
+                                   "x.at[i].set(f(x[i])) for unique indices")
+            del params["update_jaxpr"], params["update_consts"]  # lowering rebuilds them from the name
+        for key in ("sharding", "out_sharding"):
+            if adapter.trivial_sharding(params.get(key)):
+                params[key] = None
+        attrs = attrs_lib.from_jax(params)
         for key, value in attrs.items():
             if not attrs_lib.encodable(value):
                 raise CaptureError(f"{_where(eqn)}: '{name}' has a parameter '{key}' of type "
                                    f"{type(value).__name__} that a program cannot hold")
         return Op(f"lax.{name}", operands, result_types, attrs, loc=loc)
+
+
+# Remat primitives (``jax.checkpoint``), inlined as one remat segment each.
+_REMAT = ("checkpoint", "remat", "remat2")
+
+
+def _type(aval) -> TensorType:
+    """The type of a value in the program: a typed key array is held by its raw data."""
+    return TensorType.of(adapter.key_data_aval(aval))
 
 
 # The JAX primitives of functions with custom derivative rules, and the ops they become.

@@ -14,8 +14,13 @@ True
 """
 from __future__ import annotations
 
+import collections
+import functools
 import hashlib
 import json
+import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +37,7 @@ from paddlejax.ir.verifier import STRUCTURAL, VerificationError, verify
 from paddlejax.ops import registry
 
 FORMAT = "paddlejax.program"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MAX_FILE_BYTES = 1 << 30
 MAX_BLOCK_DEPTH = 64
 # Parsed JSON costs several times its text; a document whose estimated cost passes this many
@@ -48,8 +53,37 @@ def _bind_tensors_v1(doc: dict) -> dict:
     return doc
 
 
+# Version 2 wrote the lax enums that are ints (lax.round's rounding method, lax.fft's type) as bare
+# ints, which no version loads, and kept a plain scatter's empty update function; version 3 writes
+# enums as enums and rebuilds every scatter's update function from its primitive.
+_INT_ENUMS = {("lax.round", "rounding_method"): jax.lax.RoundingMethod, ("lax.fft", "fft_type"): jax.lax.FftType}
+
+
+def _enums_and_scatters_v2(doc: dict) -> dict:
+    """Rewrite the bare ints of version 2 as the lax enums they stood for and drop the update
+    function of plain scatters; anything malformed is left for validation to refuse."""
+    def block(data, depth):
+        ops = data.get("ops") if isinstance(data, dict) and depth <= MAX_BLOCK_DEPTH else None
+        for op in ops if isinstance(ops, list) else ():
+            if not isinstance(op, dict):
+                continue
+            attrs = op.get("attrs")
+            for (kind, name), cls in _INT_ENUMS.items():
+                if op.get("type") == kind and isinstance(attrs, dict) and type(attrs.get(name)) is int \
+                        and attrs[name] in cls._value2member_map_:
+                    attrs[name] = {"enum": cls.__name__, "value": cls(attrs[name]).name}
+            if op.get("type") == "lax.scatter" and isinstance(attrs, dict) and attrs.get("update_jaxpr", 0) is None \
+                    and attrs.get("update_consts") == {"tuple": []}:
+                del attrs["update_jaxpr"], attrs["update_consts"]
+            for sub in op.get("blocks") if isinstance(op.get("blocks"), list) else ():
+                block(sub, depth + 1)
+
+    block(doc.get("body"), 0)
+    return doc
+
+
 # Migrations from older format versions: MIGRATIONS[v] turns a version-v document into v+1.
-MIGRATIONS: dict[int, Any] = {1: _bind_tensors_v1}
+MIGRATIONS: dict[int, Any] = {1: _bind_tensors_v1, 2: _enums_and_scatters_v2}
 
 _ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
               "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
@@ -86,6 +120,10 @@ def _tree_json(tree) -> Any:
             return "*"
         if node is None:
             return {"none": None}
+        if isinstance(node, tuple) and isinstance(getattr(type(node), "_fields", None), tuple):
+            cls = type(node)
+            return {"namedtuple": {"class": f"{cls.__module__}:{cls.__qualname__}",
+                                   "fields": {f: enc(v) for f, v in zip(cls._fields, node)}}}
         if isinstance(node, dict):
             if not all(isinstance(k, str) for k in node):
                 raise ValueError("only dicts with string keys can be saved")
@@ -93,7 +131,7 @@ def _tree_json(tree) -> Any:
         if isinstance(node, (list, tuple)) and type(node) in (list, tuple):
             return {type(node).__name__: [enc(v) for v in node]}
         raise ValueError(f"cannot save a pytree containing {type(node).__name__}; "
-                         "use dicts, lists and tuples")
+                         "use dicts, lists, tuples and named tuples")
 
     return enc(jax.tree_util.tree_unflatten(tree, [_Leaf()] * tree.num_leaves))
 
@@ -227,7 +265,37 @@ def _tree_from_json(data, where: str, depth: int = 0):
     if kind in ("list", "tuple") and isinstance(value, list):
         items = [_tree_from_json(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
         return items if kind == "list" else tuple(items)
+    if kind == "namedtuple" and isinstance(value, dict) and set(value) == {"class", "fields"} \
+            and isinstance(value["class"], str) and isinstance(value["fields"], dict):
+        fields = value["fields"]
+        cls = _namedtuple_class(value["class"], tuple(fields), where)
+        return cls(*[_tree_from_json(v, f"{where}.{k}", depth + 1) for k, v in fields.items()])
     raise ProgramFormatError(f"{where}: bad pytree node kind {kind!r}")
+
+
+_CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+                         r"(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _namedtuple_class(path: str, fields: tuple, where: str) -> type:
+    """The named tuple class ``module:qualname`` with ``fields`` if its module is already
+    imported (nothing is imported or run to find it), else a stand-in named tuple of that
+    name and fields, the same class for every load."""
+    _Doc.need(len(path) <= 256 and _CLASS_PATH.fullmatch(path) is not None, where, f"bad class name {path[:80]!r}")
+    _Doc.need(len(fields) <= 256 and all(f.isidentifier() and not f.startswith("_") for f in fields),
+              where, "named tuple fields must be identifiers")
+    module, qualname = path.split(":")
+    obj = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = vars(obj).get(part) if isinstance(obj, (type, types.ModuleType)) else None
+    if isinstance(obj, type) and issubclass(obj, tuple) and vars(obj).get("_fields") == fields:
+        return obj
+    return _stand_in(qualname.rsplit(".", 1)[-1], fields)
+
+
+@functools.cache
+def _stand_in(name: str, fields: tuple) -> type:
+    return collections.namedtuple(name, fields)
 
 
 def _treedef(data, where):

@@ -71,7 +71,7 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
     """Flatten ``inputs``, check them against the program's input types (casting 64-bit twins
     of the declared dtypes, see :func:`input_dtype`), and solve symbolic sizes."""
     leaves, tree = jax.tree_util.tree_flatten(tuple(inputs))
-    if tree != program.in_tree:
+    if tree != program.in_tree and _structure(tree) != _structure(program.in_tree):
         raise TypeError(f"{program.name}: expects inputs structured as {program.in_tree}, got {tree}")
     dims: dict[str, Any] = {}
     for i, (value, x) in enumerate(zip(program.inputs, leaves)):
@@ -90,6 +90,18 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
         if got.dtype != dtype:
             leaves[i] = x.astype(dtype) if hasattr(x, "astype") else np.asarray(x, dtype)
     return leaves, dims
+
+
+def _structure(tree):
+    """A pytree structure with named tuple classes known by their name and fields: a loaded
+    program whose named tuple class was not imported holds a stand-in of the same shape."""
+    data = tree.node_data()
+    if data is None:
+        return None
+    kind, aux = data
+    if isinstance(getattr(kind, "_fields", None), tuple) and issubclass(kind, tuple):
+        kind, aux = ("namedtuple", kind.__name__, kind._fields), None
+    return kind, aux, tuple(_structure(c) for c in tree.children())
 
 
 def run_program(program: Program, params: dict, inputs: tuple):
@@ -167,11 +179,9 @@ def lower_op(op: Op, args: list, ctx) -> list:
         return rule(op, args, ctx)
     attrs = resolve(kernel_attrs(op.attrs), ctx.dims)
     if op.type.startswith("lax."):
-        prim = adapter.lax_primitive(op.type[4:])
-        if prim is None:
+        if adapter.lax_primitive(op.type[4:]) is None:
             raise ValueError(f"unknown JAX primitive '{op.type[4:]}' (op {op.type})")
-        out = prim.bind(*adapter.match_varying(args), **attrs)
-        return list(out) if prim.multiple_results else [out]
+        return adapter.bind_lax(op.type[4:], args, attrs)
     opdef = registry.get(op.type)
     out = _kernel(op, opdef)(*args, **attrs)
     return list(out) if opdef.multiple_results else [out]
@@ -208,12 +218,28 @@ def _cond(op, args, ctx):
 
 
 def _while(op, args, ctx):
+    """``lax.while_loop`` of the cond and body blocks. A cond block may return a predicate per
+    row (``vmap`` of a loop whose condition depends on the row): the loop then runs while any
+    row's holds, and a row whose predicate fails keeps its carried values, as JAX's own
+    lowering of a batched predicate does."""
     cond_block, body_block = op.blocks
     nc, nb = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
     cconsts, bconsts, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
-    out = lax.while_loop(lambda c: run_block(cond_block, [*cconsts, *c], ctx)[0],
-                         lambda c: tuple(run_block(body_block, [*bconsts, *c], ctx)),
-                         tuple(init))
+    rows = len(cond_block.results[0].type.shape)
+
+    def pred(c):
+        return run_block(cond_block, [*cconsts, *c], ctx)[0]
+
+    def body(c):
+        new = run_block(body_block, [*bconsts, *c], ctx)
+        if not rows:
+            return tuple(new)
+        p = pred(c)
+        return tuple(lax.select(lax.broadcast_in_dim(p, jax.numpy.shape(n), tuple(range(rows))), n, old)
+                     for n, old in zip(new, c))
+
+    out = lax.while_loop(lambda c: lax.reduce_or(pred(c), tuple(range(rows))) if rows else pred(c),
+                         body, tuple(init))
     return list(out)
 
 
@@ -230,6 +256,24 @@ def _scan(op, args, ctx):
     carry, ys = lax.scan(step, tuple(init), tuple(xs), length=length,
                          reverse=op.attrs["reverse"], unroll=op.attrs["unroll"])
     return [*carry, *ys]
+
+
+def _reduce(op, args, ctx):
+    """``lax.reduce`` with the computation block as its reducer."""
+    (block,) = op.blocks
+    n = len(args) // 2
+    dims = op.attrs["dimensions"]
+    if n == 1:
+        return [lax.reduce(args[0], args[1], lambda a, b: run_block(block, [a, b], ctx)[0], dims)]
+    out = lax.reduce(tuple(args[:n]), tuple(args[n:]), lambda a, b: tuple(run_block(block, [*a, *b], ctx)), dims)
+    return list(out)
+
+
+def _custom_linear_solve(op, args, ctx):
+    """``custom_linear_solve`` of the blocks (``matvec``, ``solve`` and, for reverse-mode
+    gradients, ``vecmat`` and ``transpose_solve``), so JAX differentiates it implicitly."""
+    functions = {b.name: (lambda *a, b=b: run_block(b, list(a), ctx)) for b in op.blocks}
+    return adapter.bind_linear_solve(args, op.attrs["const_lengths"], functions)
 
 
 def _custom_jvp(op, args, ctx):
@@ -298,5 +342,6 @@ def _dim_as_value(op, args, ctx):
 
 _RULES: dict[str, Callable] = {"param": _param, "constant": _constant, "cond": _cond,
                                "while": _while, "scan": _scan, "custom_jvp": _custom_jvp,
-                               "custom_vjp": _custom_vjp, "lax.dim_as_value": _dim_as_value}
+                               "custom_vjp": _custom_vjp, "lax.dim_as_value": _dim_as_value,
+                               "reduce": _reduce, "custom_linear_solve": _custom_linear_solve}
 

@@ -173,6 +173,11 @@ def encode(value):
     """A JSON-ready form of an attribute value; AttrError for anything else."""
     if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, enum.Enum):  # before int: lax.RoundingMethod and lax.FftType are IntEnums
+        cls = type(value)
+        if _lax_types().get(cls.__name__) is not cls:
+            raise AttrError(f"cannot save enum {cls.__name__}")
+        return {"enum": cls.__name__, "value": value.name}
     if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
         return int(value)
     if isinstance(value, (float, np.floating)):
@@ -182,11 +187,6 @@ def encode(value):
         return bool(value)
     if isinstance(value, SymDim):
         return {"dim": value.expr}
-    if isinstance(value, enum.Enum):
-        cls = type(value)
-        if _lax_types().get(cls.__name__) is not cls:
-            raise AttrError(f"cannot save enum {cls.__name__}")
-        return {"enum": cls.__name__, "value": value.name}
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         cls = type(value)
         if _lax_types().get(cls.__name__) is not cls:

@@ -19,7 +19,8 @@ from paddlejax import adapter
 from paddlejax.ir import attrs as attrs_lib
 from paddlejax.ir.core import Block, Op, Program, TensorType, Value
 
-STRUCTURAL = ("param", "constant", "return", "cond", "while", "scan", "custom_jvp", "custom_vjp")
+STRUCTURAL = ("param", "constant", "return", "cond", "while", "scan", "custom_jvp", "custom_vjp", "reduce",
+              "custom_linear_solve")
 
 
 class VerificationError(ValueError):
@@ -56,11 +57,14 @@ def infer_types(op: Op, in_types: list[TensorType], shapes: "Shapes") -> list[Te
     """Result types of a registry or lax op with operands of ``in_types``."""
     attrs = attrs_lib.resolve(attrs_lib.kernel_attrs(op.attrs), shapes.env)
     if op.type.startswith("lax."):
-        prim = adapter.lax_primitive(op.type[4:])
-        if prim is None:
-            raise VerificationError(f"unknown JAX primitive '{op.type[4:]}'")
-        fn = functools.partial(prim.bind, **attrs)
-        multiple = prim.multiple_results
+        name = op.type[4:]
+        if adapter.lax_primitive(name) is None:
+            raise VerificationError(f"unknown JAX primitive '{name}'")
+        multiple = adapter.lax_primitive(name).multiple_results
+
+        def fn(*args):
+            out = adapter.bind_lax(name, args, attrs)
+            return out if multiple else out[0]
     else:
         from paddlejax.ops import registry
 
@@ -144,9 +148,13 @@ class _Verifier:
             self._check_custom_jvp(op, in_types, out_types)
         elif op.type == "custom_vjp":
             self._check_custom_vjp(op, in_types, out_types)
+        elif op.type == "reduce":
+            self._check_reduce(op, in_types, out_types)
+        elif op.type == "custom_linear_solve":
+            self._check_linear_solve(op, in_types, out_types)
         else:
             if op.blocks:
-                raise VerificationError("only cond, while, scan, custom_jvp and custom_vjp hold blocks")
+                raise VerificationError(f"only {', '.join(STRUCTURAL[3:])} hold blocks")
             inferred = _cached_infer(op, in_types, self.shapes)
             if inferred != out_types:
                 raise VerificationError(f"results are {_types(out_types)} but the inputs give "
@@ -191,7 +199,12 @@ class _Verifier:
             raise VerificationError("while takes cond and body blocks and valid const counts")
         carry = in_types[nc + nb:]
         self.block(op.blocks[0], in_types[:nc] + carry)
-        self._results(op.blocks[0], [TensorType((), "bool")])
+        # a predicate per row (vmap of a loop) covers the leading axes of every carried value
+        pred = [v.type for v in op.blocks[0].results]
+        if len(pred) != 1 or pred[0].dtype != "bool" or any(t.shape[:len(pred[0].shape)] != pred[0].shape
+                                                            for t in carry):
+            raise VerificationError(f"block 'cond' returns {_types(pred)}, expected (bool[]) or a bool per "
+                                    "row of the carried values")
         self.block(op.blocks[1], in_types[nc:nc + nb] + carry)
         self._results(op.blocks[1], carry)
         if out_types != carry:
@@ -221,6 +234,58 @@ class _Verifier:
         ys = [TensorType((length, *t.shape), t.dtype) for t in body_out[ncarry:]]
         if out_types != carry + ys:
             raise VerificationError(f"scan results are {_types(out_types)}, expected {_types(carry + ys)}")
+
+    def _check_reduce(self, op, in_types, out_types):
+        dims = op.attrs.get("dimensions")
+        n = len(in_types) // 2
+        if len(op.blocks) != 1 or not n or 2 * n != len(in_types) or not isinstance(dims, tuple) \
+                or not all(_count(d) for d in dims):
+            raise VerificationError("reduce takes operands and as many init values, a computation block "
+                                    "and a tuple of dimensions")
+        operands, inits = in_types[:n], in_types[n:]
+        rank = len(operands[0].shape)
+        if len(set(dims)) != len(dims) or any(d >= rank for d in dims):
+            raise VerificationError(f"reduce dimensions {dims} are not distinct axes of {operands[0]}")
+        if any(t.shape != operands[0].shape for t in operands) or any(t.shape != () for t in inits) \
+                or [t.dtype for t in operands] != [t.dtype for t in inits]:
+            raise VerificationError("reduce operands share one shape, and each init value is a scalar of "
+                                    "its operand's dtype")
+        self.block(op.blocks[0], inits + inits)
+        self._results(op.blocks[0], inits)
+        kept = tuple(d for i, d in enumerate(operands[0].shape) if i not in dims)
+        want = [TensorType(kept, t.dtype) for t in operands]
+        if out_types != want:
+            raise VerificationError(f"reduce results are {_types(out_types)}, expected {_types(want)}")
+
+    def _check_linear_solve(self, op, in_types, out_types):
+        from paddlejax.adapter import LINEAR_SOLVE_PARTS
+
+        lengths = op.attrs.get("const_lengths")
+        names = [b.name for b in op.blocks]
+        if not (isinstance(lengths, tuple) and len(lengths) == 4 and all(_count(n) for n in lengths)
+                and sum(lengths) <= len(in_types)):
+            raise VerificationError("custom_linear_solve takes const_lengths: four counts of constants "
+                                    "within its operands")
+        if names not in (["matvec", "solve"], list(LINEAR_SOLVE_PARTS)):
+            raise VerificationError(f"custom_linear_solve holds blocks (matvec, solve) or "
+                                    f"{LINEAR_SOLVE_PARTS}, not {tuple(names)}")
+        b = in_types[sum(lengths):]
+        start = 0
+        for part, n in zip(LINEAR_SOLVE_PARTS, lengths):
+            consts, start = in_types[start:start + n], start + n
+            if part in names:
+                block = op.blocks[names.index(part)]
+                self.block(block, consts + b)
+                got = [v.type for v in block.results]
+                if got[:len(b)] != b or (part.endswith("matvec") and len(got) != len(b)):
+                    raise VerificationError(f"block '{part}' returns {_types(got)}, expected {_types(b)}"
+                                            + ("" if part.endswith("matvec") else " and any auxiliary values"))
+            elif n:
+                raise VerificationError(f"custom_linear_solve has {n} constants for its missing '{part}' block")
+        solve = [v.type for v in op.blocks[names.index("solve")].results]
+        if out_types != solve:
+            raise VerificationError(f"custom_linear_solve results are {_types(out_types)}, expected "
+                                    f"{_types(solve)}")
 
     def _primal(self, op, in_types, out_types, n_blocks) -> list[TensorType]:
         """Check the counts and the primal block of a custom derivative op; its primal inputs."""

@@ -124,8 +124,9 @@ PARAMS: dict[str, dict[str, Kind]] = {
     **{p: {"axes": NONNEG_INTS, "out_sharding": NONE} for p in _REDUCTIONS},
     **{p: {"axis": NONNEG, "reverse": BOOL} for p in _CUMULATIVE},
     **{p: dict(_WINDOW) for p in _WINDOWS},
-    **{p: {"dimension_numbers": struct(lax.ScatterDimensionNumbers, **_SCATTER_DIMS),
-           "update_jaxpr": NONE, "update_consts": tuple_of(NONE, 0), **_INDEXING} for p in _SCATTERS},
+    # a scatter's update function follows from its primitive (paddlejax.adapter.bind_lax adds it)
+    **{p: {"dimension_numbers": struct(lax.ScatterDimensionNumbers, **_SCATTER_DIMS), **_INDEXING}
+       for p in _SCATTERS},
     "mul": {"out_dtype": optional(DTYPE)},
     "argmax": {"axes": NONNEG_INTS, "index_dtype": DTYPE},
     "argmin": {"axes": NONNEG_INTS, "index_dtype": DTYPE},
