@@ -266,7 +266,7 @@ def random_inputs(prog, size=2):
 
 
 @pytest.mark.parametrize("name", ["conv_bn_relu", "lax_mix", "indexing", "symbolic", "custom_vjp", "int8",
-                                  "transformer_beam", "rnnlm_lstm"])
+                                  "rnnlm_lstm"])
 def test_parsed_program_computes_what_the_captured_one_does(name):
     prog = PROGRAMS[name]()
     parsed = pj.parse(str(prog), params=prog.params, constants=prog.constants)
