@@ -7,6 +7,7 @@
 """
 from paddlejax.passes.base import (Pass, PassContext, PassResult, get_pass, register_pass,  # noqa: F401
                                    registered_passes)
+from paddlejax.passes.canonicalize import Canonicalize  # noqa: F401
 from paddlejax.passes.cleanup import (CommonSubexpressionElimination, DeadCodeElimination,  # noqa: F401
                                       EliminateIdentity, FoldConstants)
 from paddlejax.passes.manager import (INFERENCE_PIPELINE, PassError, PassManager, PassRecord,  # noqa: F401

@@ -1,14 +1,15 @@
 """Automatic mixed precision: Paddle's white/black/gray list rules, decided on the program.
 
-Every op of the main block is classified:
+Every op of the main block is classified by its ``amp`` trait (declared in the op library):
 
 - **white** (conv, matmul, linear, attention, ``lax.dot_general``/``conv_general_dilated``):
   runs in the low dtype; its float inputs (parameters included: the fp32 master weights stay
   in ``program.params``) are cast down;
-- **black** (softmax, losses, reductions, ``exp``/``log``/``pow``, ...): runs in float32;
-  inputs the pass had lowered are cast back up;
+- **black** (softmax, losses, sums and means, ``exp``/``log``/``pow``/division, ...): runs in
+  float32; inputs the pass had lowered are cast back up;
 - **norm** (batch/layer/group norm): the normalised input follows the low dtype while the
   statistics, scale and shift stay float32 (the kernels compute statistics in float32);
+- **cast** (``cast``, ``lax.convert_element_type``): left as they are, their dtype is their point;
 - **gray** (everything else: activations, elementwise, pooling, reshapes...): follows its
   inputs — low when one of them was lowered (the others are cast down), float32 otherwise.
 
@@ -32,18 +33,10 @@ import numpy as np
 
 from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
-from paddlejax.ir.verifier import STRUCTURAL, Shapes, infer_types
+from paddlejax.ir.verifier import Shapes, infer_types
+from paddlejax.ops.traits import amp_class
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
-
-WHITE = frozenset({"conv2d", "depthwise_conv2d", "conv2d_transpose", "matmul", "linear",
-                   "scaled_dot_product_attention", "lax.dot_general", "lax.conv_general_dilated"})
-BLACK = frozenset({"softmax", "log_softmax", "cross_entropy", "reduce_sum", "reduce_mean",
-                   "lax.reduce_sum", "lax.reduce_prod", "lax.cumsum", "lax.cumprod", "lax.exp",
-                   "lax.exp2", "lax.log", "lax.log1p", "lax.expm1", "lax.pow", "lax.integer_pow",
-                   "lax.square", "lax.sqrt", "lax.rsqrt", "lax.div", "lax.erf_inv", "lax.reduce_precision"})
-NORM = frozenset({"batch_norm", "sync_batch_norm", "layer_norm", "group_norm"})
-# Ops whose inputs may have any float dtype and whose result dtype is fixed by an attribute.
-CONVERTS = frozenset({"cast", "lax.convert_element_type"})
+from paddlejax.passes.options import op_names
 
 LOW_DTYPES = ("bfloat16", "float16")
 _FLOAT32 = ("float32",)
@@ -58,8 +51,8 @@ def _is_f32(t: TensorType) -> bool:
 class AutoMixedPrecision(Pass):
     """Cast the program to ``dtype`` where Paddle's AMP lists allow it (see the module doc).
 
-    ``white`` / ``black`` add op types to those lists (comma-separated on a command line:
-    ``amp{dtype=float16,black=gelu}``).
+    ``white`` / ``black`` move op types into those lists (separated by ``:`` on a command
+    line: ``amp{dtype=float16,black=gelu}``); an op type that does not exist is refused.
     """
 
     name = "amp"
@@ -67,15 +60,19 @@ class AutoMixedPrecision(Pass):
     white: str = ""
     black: str = ""
 
-    def _lists(self):
-        extra = lambda s: frozenset(t for t in s.split(",") if t)  # noqa: E731
-        black = (BLACK | extra(self.black)) - extra(self.white)
-        return (WHITE | extra(self.white)) - black, black
+    def _classes(self):
+        """op type -> class, for the op types the options move."""
+        moved = dict.fromkeys(op_names(self.white, "amp: option 'white' names"), "white")
+        for name in op_names(self.black, "amp: option 'black' names"):
+            if name in moved:
+                raise ValueError(f"amp: op type '{name}' is in both 'white' and 'black'")
+            moved[name] = "black"
+        return moved
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         if self.dtype not in LOW_DTYPES:
             raise ValueError(f"amp: dtype expects one of {LOW_DTYPES}, got {self.dtype!r}")
-        white, black = self._lists()
+        moved = self._classes()
         rewriter = Rewriter(program)
         shapes = Shapes(program)
         original: dict[Value, TensorType] = {}  # values the pass has lowered
@@ -94,13 +91,14 @@ class AutoMixedPrecision(Pass):
         for op in list(program.body.ops):
             floats = [i for i, v in enumerate(op.operands) if _is_f32(v.type) or v in original]
             lowered = [i for i in floats if op.operands[i] in original]
-            if op.type in STRUCTURAL or op.type in black:
-                kind = "keep"
-            elif op.type in CONVERTS:
+            kind = moved.get(op.type) or amp_class(op.type)
+            if kind == "cast":
                 continue
-            elif op.type in white:
+            if kind == "black":
+                kind = "keep"
+            elif kind == "white":
                 kind = "low"
-            elif op.type in NORM:
+            elif kind == "norm":
                 kind = "low" if 0 in lowered else "keep"
                 floats = [0]
             else:

@@ -43,49 +43,44 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 
 from paddlejax.ir.core import Op, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops.attention import require_implementation, scaled_dot_product_attention
 from paddlejax.passes.base import register_pass
-from paddlejax.passes.fusion import TRANSPOSES, only_reader
+from paddlejax.passes.fusion import transpose_perm
+from paddlejax.passes.query import only_reader, scalar_constant
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
 
 _HEADS_SEQ = (0, 2, 1, 3)  # [batch, heads, seq, dim] <-> [batch, seq, heads, dim]
-_MULS = ("lax.mul", "elementwise_mul")
-_DIVS = ("lax.div", "elementwise_div")
-_ADDS = ("lax.add", "elementwise_add")
-_PASS_THROUGH = ("lax.convert_element_type", "lax.broadcast_in_dim", "reshape", "lax.reshape")
 _MASKED_BELOW = -1e4  # a logit this low has softmax weight exp(-1e4) = 0 in every float type
 
 
-def _scalar(program, v: Value) -> float | None:
-    """The value of ``v`` if it is one constant number (perhaps cast, reshaped or broadcast)."""
-    op = v.producer
-    while op is not None and op.type in _PASS_THROUGH:
-        op = op.operands[0].producer
-    if op is None or op.type != "constant":
+def _kind(op: Op | None) -> str | None:
+    """The op's type in the registry's vocabulary (``lax.mul`` is ``elementwise_mul``), None
+    for a block argument or an op with a fused activation."""
+    return op.canonical[0] if op is not None and op.attrs.get("act") is None else None
+
+
+def _matmul(op: Op | None) -> dict | None:
+    """The attributes of a matrix product (``matmul``, or a ``lax.dot_general`` that is one)."""
+    if op is None:
         return None
-    value = np.asarray(op.attrs["value"] if "value" in op.attrs else program.constants[op.attrs["name"]])
-    return float(value.reshape(-1)[0]) if value.size == 1 else None
-
-
-def _plain(op: Op | None, types: tuple[str, ...]) -> bool:
-    """``op`` is one of ``types`` without a fused activation."""
-    return op is not None and op.type in types and op.attrs.get("act") is None
+    kind, attrs = op.canonical
+    return attrs if kind == "matmul" else None
 
 
 def _scaled(program, v: Value, reader: Op) -> tuple[Value, float, Op | None]:
     """``(x, c, op)`` when ``v = op(x, c)`` is ``x * c`` (or ``c * x``, ``x / c``) for a constant
     ``c`` and ``reader`` alone reads ``v``; ``(v, 1.0, None)`` otherwise."""
     op = v.producer
-    if not only_reader(v, reader) or not _plain(op, _MULS + _DIVS):
+    kind = _kind(op)
+    if not only_reader(v, reader) or kind not in ("elementwise_mul", "elementwise_div"):
         return v, 1.0, None
-    for i in ((0, 1) if op.type in _MULS else (0,)):
-        x, c = op.operands[i], _scalar(program, op.operands[1 - i])
+    for i in ((0, 1) if kind == "elementwise_mul" else (0,)):
+        x, c = op.operands[i], scalar_constant(program, op.operands[1 - i])
         if c is not None and x.type == v.type and c != 0:
-            return x, (c if op.type in _MULS else 1 / c), op
+            return x, (c if kind == "elementwise_mul" else 1 / c), op
     return v, 1.0, None
 
 
@@ -93,8 +88,8 @@ def _transposed(rewriter: Rewriter, anchor: Op, x: Value, perm: tuple[int, ...])
     """``transpose(x, perm)``, composed with a transpose that produced ``x`` (so that a
     transpose there and back disappears), inserted before ``anchor``."""
     op = x.producer
-    if op is not None and op.type in TRANSPOSES:
-        inner = op.attrs[TRANSPOSES[op.type]]
+    inner = transpose_perm(op)
+    if inner is not None:
         x, perm = op.operands[0], tuple(inner[i] for i in perm)
     if perm == tuple(range(len(perm))):
         return x
@@ -115,7 +110,8 @@ class _FuseAttention(RewritePattern):
 
     def match_and_rewrite(self, root: Op, rewriter: Rewriter) -> bool:
         program = rewriter.program
-        if root.type != "matmul" or root.attrs["transpose_x"] or root.attrs["transpose_y"]:
+        root_attrs = _matmul(root)
+        if root_attrs is None or root_attrs["transpose_x"] or root_attrs["transpose_y"]:
             return False
         probs, v = root.operands
         softmax = probs.producer
@@ -129,15 +125,15 @@ class _FuseAttention(RewritePattern):
         logits, scale, scale_op = _scaled(program, logits, chain[-1])
         chain += [scale_op] if scale_op else []
         scores = logits.producer
-        if scores is None or scores.type != "matmul" or scores.attrs["transpose_x"] \
-                or not only_reader(logits, chain[-1]):
+        score_attrs = _matmul(scores)
+        if score_attrs is None or score_attrs["transpose_x"] or not only_reader(logits, chain[-1]):
             return False
         chain.append(scores)
         q, k = scores.operands
         q, q_scale, q_scale_op = _scaled(program, q, scores)
         chain += [q_scale_op] if q_scale_op else []
         # k as [batch, seq, heads, dim] is k transposed by k_perm (k is k^T without transpose_y)
-        k_perm = _HEADS_SEQ if scores.attrs["transpose_y"] else (0, 3, 1, 2)
+        k_perm = _HEADS_SEQ if score_attrs["transpose_y"] else (0, 3, 1, 2)
         if not self._shapes_fit(q, k, k_perm, v, logits, mask):
             return False
         self._rewrite(rewriter, root, chain, q, k, k_perm, v, mask, scale * q_scale)
@@ -149,16 +145,17 @@ class _FuseAttention(RewritePattern):
         op = logits.producer
         if not only_reader(logits, reader):
             return None, None
-        if _plain(op, _ADDS):
+        if _kind(op) == "elementwise_add":
             for i in (0, 1):
                 x, mask = op.operands[i], op.operands[1 - i]
-                if x.type == logits.type and x.producer is not None and x.producer.type in (*_MULS, *_DIVS, "matmul") \
+                if x.type == logits.type and (_kind(x.producer) in ("elementwise_mul", "elementwise_div")
+                                              or _matmul(x.producer) is not None) \
                         and mask.type.dtype == logits.type.dtype and 1 <= len(mask.type.shape) <= 4:
                     chain.append(op)
                     return x, mask
         if op is not None and op.type == "lax.select_n" and len(op.operands) == 3:
             mask, filler, x = op.operands  # select_n picks x where the mask is True
-            big = _scalar(program, filler)
+            big = scalar_constant(program, filler)
             if mask.type.dtype == "bool" and big is not None and big <= _MASKED_BELOW:
                 chain.append(op)
                 return x, mask
@@ -191,7 +188,7 @@ class _FuseAttention(RewritePattern):
                                                 [qs.type], attrs, loc=root.loc))
         out = root.result
         back = out.uses[0][0] if len(out.uses) == 1 else None
-        if back is not None and back.type in TRANSPOSES and tuple(back.attrs[TRANSPOSES[back.type]]) == _HEADS_SEQ:
+        if transpose_perm(back) == _HEADS_SEQ:
             rewriter.replace_op(back, [fused.result])
         else:
             rewriter.replace_all_uses_with(out, _transposed(rewriter, root, fused.result, _HEADS_SEQ))
@@ -199,7 +196,7 @@ class _FuseAttention(RewritePattern):
             rewriter.erase_op(op)
         for x in dict.fromkeys((q, k, v)):  # transposes absorbed into the fused op
             op = x.producer
-            if op is not None and op.type in TRANSPOSES and not x.uses:
+            if transpose_perm(op) is not None and not x.uses:
                 rewriter.erase_op(op)
 
 

@@ -64,9 +64,12 @@ from paddlejax.ops.common import channel_axis
 from paddlejax.ops.conv import paddle_padding, winograd_applies
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.layout import INTO, ConvertLayout, program_layout
-from paddlejax.passes.memory import parse_sizes
+from paddlejax.passes.options import parse_sizes
 
-TUNABLE = frozenset({"conv2d", "depthwise_conv2d", "quantized_conv2d", "quantized_linear", "quantized_matmul"})
+# Ops with alternative kernels to time: conv2d, depthwise_conv2d and the int8 kernels
+# (attention's one variant is its XLA form, which the ``implementation`` attribute chooses).
+TUNABLE = frozenset(name for name, opdef in registry.all_ops().items()
+                    if opdef.variants and name != "scaled_dot_product_attention")
 KERNEL_ATTR = "kernel"
 DEFAULT = "default"
 CACHE_ENV = "PADDLEJAX_AUTOTUNE_CACHE"

@@ -21,9 +21,6 @@ from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
 
-# Ops whose result differs between two calls with the same operands.
-IMPURE = frozenset({"lax.rng_uniform"})
-
 
 @register_pass
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +34,7 @@ class DeadCodeElimination(Pass):
         erased = 0
         for block in list(walk_blocks(program.body)):
             for op in reversed(list(block.ops)):
-                if op.type != "return" and op.type not in IMPURE and not any(r.uses for r in op.results):
+                if op.has_trait("pure") and not any(r.uses for r in op.results):
                     rewriter.erase_op(op)
                     erased += 1
         return PassResult(erased > 0, {"erased": erased})
@@ -48,7 +45,10 @@ def _key(op: Op):
         attrs = json.dumps({k: attrs_lib.encode(v) for k, v in op.attrs.items()}, sort_keys=True)
     except attrs_lib.AttrError:
         return None
-    return (op.type, tuple(id(v) for v in op.operands), attrs, tuple(r.type for r in op.results))
+    operands = tuple(id(v) for v in op.operands)
+    if op.has_trait("commutative"):  # a + b and b + a compute the same value
+        operands = tuple(sorted(operands))
+    return (op.type, operands, attrs, tuple(r.type for r in op.results))
 
 
 @register_pass
@@ -64,7 +64,7 @@ class CommonSubexpressionElimination(Pass):
         for block in list(walk_blocks(program.body)):
             seen: dict = {}
             for op in list(block.ops):
-                if op.blocks or op.type in IMPURE or op.type == "return":
+                if op.blocks or not op.has_trait("pure"):
                     continue
                 key = _key(op)
                 if key is None:
@@ -96,7 +96,7 @@ class FoldConstants(Pass):
         folded = 0
         for block in list(walk_blocks(program.body)):
             for op in list(block.ops):
-                if op.type in ("constant", "param", "return") or op.type in IMPURE or op.blocks:
+                if op.type in ("constant", "param") or not op.has_trait("pure") or op.blocks:
                     continue
                 producers = [v.producer for v in op.operands]
                 if not op.operands or any(p is None or p.type != "constant" for p in producers):
@@ -126,7 +126,7 @@ def _constant_value(program: Program, op: Op):
     return np.asarray(op.attrs["value"], jax.numpy.dtype(op.result.type.dtype))
 
 
-def _scalar(v) -> float | None:
+def _inline_scalar(v) -> float | None:
     op = v.producer
     if op is not None and op.type == "constant" and "value" in op.attrs:
         return op.attrs["value"]
@@ -134,7 +134,9 @@ def _scalar(v) -> float | None:
 
 
 class _Forward(RewritePattern):
-    """An op that returns one of its operands unchanged is replaced by that operand."""
+    """An op that returns one of its operands unchanged is replaced by that operand: one whose
+    traits say it does so for its attributes (``identity_if``), or a binary op with its
+    ``unit`` on the other side (``x + 0``, ``x * 1``; ``0 + x`` too when commutative)."""
 
     def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
         source = self.source(op)
@@ -148,36 +150,17 @@ class _Forward(RewritePattern):
         return "identities"
 
     def source(self, op: Op):
-        a = op.attrs
-        t = op.type
-        x = op.operands[0] if op.operands else None
-        if a.get("act") is not None:  # a fused activation makes even ``x + 0`` change x
+        traits = op.traits
+        if not op.operands or op.attrs.get("act") is not None:  # a fused activation makes even x + 0 change x
             return None
-        if t in ("reshape", "lax.reshape", "lax.copy", "lax.copy_p", "lax.broadcast_in_dim",
-                 "lax.squeeze", "lax.expand_dims"):
-            return x
-        if t in ("transpose", "lax.transpose"):
-            perm = a.get("perm", a.get("permutation"))
-            return x if tuple(perm) == tuple(range(len(perm))) else None
-        if t in ("cast", "lax.convert_element_type"):
-            return x
-        if t in ("concat", "lax.concatenate") and len(op.operands) == 1:
-            return x
-        if t == "dropout" and (not a["training"] or a["p"] == 0.0) and a["mode"] == "upscale_in_train":
-            return x
-        if t in ("pad", "lax.pad"):
-            pads = a.get("paddings", a.get("padding_config"))
-            return x if all(v == 0 for p in pads for v in (p if isinstance(p, tuple) else (p,))) else None
-        if t == "lax.slice":
-            limit = a["limit_indices"]
-            full = all(s == 0 for s in a["start_indices"]) and tuple(limit) == tuple(x.type.shape)
-            return x if full and (a["strides"] is None or all(s == 1 for s in a["strides"])) else None
-        if t in ("lax.add", "elementwise_add", "lax.sub", "elementwise_sub"):
-            return op.operands[0] if _scalar(op.operands[1]) == 0 else (
-                op.operands[1] if t.endswith("add") and _scalar(op.operands[0]) == 0 else None)
-        if t in ("lax.mul", "elementwise_mul", "lax.div", "elementwise_div"):
-            return op.operands[0] if _scalar(op.operands[1]) == 1 else (
-                op.operands[1] if t.endswith("mul") and _scalar(op.operands[0]) == 1 else None)
+        if traits.identity_if is not None and traits.identity_if(op.attrs):
+            return op.operands[0]
+        if traits.unit is None or len(op.operands) != 2:
+            return None
+        if _inline_scalar(op.operands[1]) == traits.unit:
+            return op.operands[0]
+        if traits.commutative and _inline_scalar(op.operands[0]) == traits.unit:
+            return op.operands[1]
         return None
 
 

@@ -34,8 +34,8 @@ from paddlejax.ir.core import Op, Program, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops.fp8 import quantize_fp8
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
-from paddlejax.passes.fusion import stored_array
-from paddlejax.passes.quant import op_types, param_name
+from paddlejax.passes.options import op_types
+from paddlejax.passes.query import param_name, stored_array
 
 CONVERTIBLE = ("linear", "matmul")
 MIN_COMPUTE_CAPABILITY = (8, 9)

@@ -2,17 +2,22 @@
 adds and activations into the op that computes into them, and cancel transposes.
 
 - ``fold_conv_bn`` / ``fold_linear_bn``: an inference-mode ``batch_norm`` that is the only
-  reader of a conv2d / depthwise_conv2d / linear with parameter weights becomes that op with new
+  reader of a convolution / linear with parameter weights becomes that op with new
   parameters ``w * s`` and ``(b - mean) * s + beta``, ``s = gamma / sqrt(var + eps)`` per output
   channel (named ``<weight>.folded`` and ``<bias>.folded``; ``dce`` then drops the old ones).
   Tolerance: float32 rounding of the folded weights, about 1e-5 relative.
-- ``fuse_bias_act``: conv2d / depthwise_conv2d / linear without a bias, followed by an add of a
+- ``fuse_bias_act``: a conv / linear without a bias, followed by an add of a
   per-channel vector, takes the vector as its bias input; an activation that is the only reader
   of such an op becomes its ``act`` attribute. Exact up to float rounding (1e-6).
 - ``fuse_elementwise_act``: the same for an activation after an ``elementwise_*`` binary op.
+
+Which ops qualify is read from the op library, not listed here: a *weighted* op is one whose
+traits name a quantizable ``weight`` with an output-channel axis and that takes an optional
+``bias`` input (conv2d, depthwise_conv2d, linear); it *fuses activations* when it has an
+``act`` attribute; convolutions are the layout-sensitive ones among them.
 - ``eliminate_transposes``: ``transpose(transpose(x, p), q)`` becomes ``x`` when the two cancel
   and one transpose by the composed permutation otherwise; identity transposes disappear; a
-  pointwise op (:data:`POINTWISE`) whose tensor operands are all transposes by one permutation
+  pointwise op (the ``pointwise`` trait) whose tensor operands are all transposes by one permutation
   runs before the transpose instead (it sinks), so that it can meet and cancel its inverse.
   Exact.
 
@@ -29,87 +34,100 @@ program @<lambda>(%x: f32[3]) -> (f32[3]) {
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
-from paddlejax.ir.core import Op, Program, TensorType, Value
+from paddlejax.ir.core import Op, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
+from paddlejax.ops import registry
 from paddlejax.ops.activation import as_fused_activation
 from paddlejax.ops.common import channel_axis
+from paddlejax.ops.traits import traits_of
 from paddlejax.passes.base import register_pass
+from paddlejax.passes.query import only_reader, stored_array
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
 
-CONVS = ("conv2d", "depthwise_conv2d")
-ELEMENTWISE = ("elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
-               "elementwise_max", "elementwise_min", "elementwise_pow")
-_RESHAPES = ("reshape", "lax.reshape", "lax.broadcast_in_dim")
-TRANSPOSES = {"transpose": "perm", "lax.transpose": "permutation"}
-# Ops computing each element from the elements at the same index (scalars broadcast), whatever
-# the shape: a transpose commutes with them.
-POINTWISE = frozenset({
-    *ELEMENTWISE, "relu", "relu6", "sigmoid", "silu", "tanh", "gelu", "hard_swish", "leaky_relu", "cast",
-    *(f"lax.{p}" for p in ("add", "sub", "mul", "div", "max", "min", "pow", "neg", "abs", "exp", "log", "tanh",
-                           "logistic", "sqrt", "rsqrt", "erf", "sign", "integer_pow", "square",
-                           "convert_element_type", "select_n"))})
+
+def weighted(op_type: str) -> bool:
+    """Whether ``op_type`` is a conv / linear: a quantizable weight with an output-channel axis,
+    and an optional bias input that a per-channel add can become.
+
+    >>> weighted("conv2d"), weighted("linear"), weighted("matmul"), weighted("lax.add")
+    (True, True, False, False)
+    """
+    opdef = registry.lookup(op_type)
+    return (opdef is not None and opdef.traits.weight is not None and opdef.traits.weight_out_axis is not None
+            and any(i.name == "bias" and i.optional for i in opdef.inputs))
 
 
-def only_reader(v: Value, op: Op) -> bool:
-    """``op`` reads ``v`` once and nothing else reads it (a program output counts as a reader)."""
-    return len(v.uses) == 1 and v.uses[0][0] is op
+def fuses_activation(op_type: str) -> bool:
+    """Whether ``op_type`` applies an activation to its result through an ``act`` attribute."""
+    opdef = registry.lookup(op_type)
+    return opdef is not None and "act" in opdef.attrs
+
+
+def transpose_perm(op: Op | None) -> tuple[int, ...] | None:
+    """The permutation of a transpose (``transpose`` or ``lax.transpose``), None for other ops.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> transpose_perm(pj.trace(lambda x: x.T, jnp.ones((2, 3))).body.ops[0])
+    (1, 0)
+    """
+    if op is None:
+        return None
+    kind, attrs = op.canonical
+    return tuple(attrs["perm"]) if kind == "transpose" else None
 
 
 def _channel_axis(op: Op) -> int:
-    """The output-channel axis of a conv or linear result."""
+    """The output-channel axis of a weighted op's result."""
     rank = len(op.result.type.shape)
-    return channel_axis(op.attrs["data_format"], rank) if op.type in CONVS else rank - 1
-
-
-def stored_array(program: Program, v: Value) -> np.ndarray | None:
-    """The value of a parameter or named constant, or None for anything computed."""
-    op = v.producer
-    if op is not None and op.type == "param":
-        return np.asarray(program.params[op.attrs["name"]])
-    if op is not None and op.type == "constant" and "name" in op.attrs:
-        return np.asarray(program.constants[op.attrs["name"]])
-    return None
+    return channel_axis(op.attrs["data_format"], rank) if op.has_trait("layout_sensitive") else rank - 1
 
 
 @dataclasses.dataclass(frozen=True)
 class _FoldBatchNorm(RewritePattern):
     """``batch_norm(producer(x, w[, b]))`` in inference mode -> ``producer(x, w', b')``."""
 
-    producers: tuple[str, ...]
-    weight_axis: int  # the output-channel axis of the producer's weight
+    convolutions: bool  # fold into convolutions (layout-sensitive weighted ops), or into linears
 
     @property
     def label(self) -> str:
         return "folded"
+
+    def folds_into(self, op: Op | None) -> bool:
+        return (op is not None and weighted(op.type) and op.has_trait("layout_sensitive") == self.convolutions
+                and op.attrs.get("act") is None)
 
     def match_and_rewrite(self, bn: Op, rewriter: Rewriter) -> bool:
         if bn.type != "batch_norm" or bn.attrs["training"] or any(r.uses for r in bn.results[1:]):
             return False
         x = bn.operands[0]
         op = x.producer
-        if op is None or op.type not in self.producers or op.attrs.get("act") is not None \
-                or not only_reader(x, bn):
+        if not self.folds_into(op) or not only_reader(x, bn):
             return False
         if _channel_axis(op) != channel_axis(bn.attrs["data_format"], len(x.type.shape)):
             return False
-        stored = [stored_array(rewriter.program, v) for v in op.operands[1:] + bn.operands[1:]]
+        weight, bias = op.input(op.traits.weight), op.input("bias")
+        stored = [stored_array(rewriter.program, v) for v in (weight, bias, *bn.operands[1:]) if v is not None]
         if any(a is None for a in stored):
             return False
-        w, b = stored[0], (stored[1] if len(op.operands) == 3 else None)
-        mean, var, *affine = stored[len(op.operands) - 1:]
-        gamma, beta = (affine + [None, None])[:2]
-        c = w.shape[self.weight_axis]
+        w, b = stored[0], (stored[1] if bias is not None else None)
+        mean, var = stored_array(rewriter.program, bn.input("running_mean")), \
+            stored_array(rewriter.program, bn.input("running_var"))
+        gamma, beta = (stored_array(rewriter.program, v) if v is not None else None
+                       for v in (bn.input("weight"), bn.input("bias")))
+        axis = op.traits.weight_out_axis(op.attrs, w.ndim)
+        c = w.shape[axis]
         f64 = lambda a, default: np.full(c, default) if a is None else a.astype(np.float64)  # noqa: E731
         scale = f64(gamma, 1.0) / np.sqrt(f64(var, 0.0) + bn.attrs["epsilon"])
         shape = [1] * w.ndim
-        shape[self.weight_axis] = c
+        shape[axis] = c
         new_w = (w.astype(np.float64) * scale.reshape(shape)).astype(w.dtype)
         new_b = ((f64(b, 0.0) - f64(mean, 0.0)) * scale + f64(beta, 0.0)).astype(w.dtype)
-        w_name = op.operands[1].producer.attrs["name"]  # a param or named constant: both are named
-        b_name = f"{op.operands[2].producer.attrs['name']}.folded" if b is not None else f"{w_name}.folded_bias"
+        w_name = weight.producer.attrs["name"]  # a param or named constant: both are named
+        b_name = f"{bias.producer.attrs['name']}.folded" if b is not None else f"{w_name}.folded_bias"
         operands = [op.operands[0], rewriter.param(f"{w_name}.folded", new_w),
                     rewriter.param(b_name, new_b)]
         fused = rewriter.insert_before(bn, Op(op.type, operands, [x.type], op.attrs, loc=op.loc))
@@ -129,7 +147,7 @@ def _per_channel_vector(rewriter: Rewriter, anchor: Op, v: Value, out: TensorTyp
         return None
     if shape == (c,):
         return v
-    source = v.producer.operands[0] if v.producer is not None and v.producer.type in _RESHAPES else None
+    source = v.producer.operands[0] if v.producer is not None and v.producer.has_trait("reshaping") else None
     if source is not None and source.type.shape == (c,):
         return source
     return rewriter.insert_before(anchor, Op("reshape", [v], [TensorType((c,), out.dtype)], {"shape": (c,)})).result
@@ -141,11 +159,11 @@ class _FuseBias(RewritePattern):
     label = "biases"
 
     def match_and_rewrite(self, add: Op, rewriter: Rewriter) -> bool:
-        if add.type not in ("elementwise_add", "lax.add"):
+        if add.canonical[0] != "elementwise_add":
             return False
         for i, v in enumerate(add.operands):
             op = v.producer
-            if op is None or op.type not in (*CONVS, "linear") or len(op.operands) != 2 \
+            if op is None or not weighted(op.type) or op.input("bias") is not None \
                     or op.attrs.get("act") is not None or not only_reader(v, add) or v.type != add.result.type:
                 continue
             bias = _per_channel_vector(rewriter, add, add.operands[1 - i], v.type, _channel_axis(op))
@@ -161,9 +179,9 @@ class _FuseBias(RewritePattern):
 
 @dataclasses.dataclass(frozen=True)
 class _FuseActivation(RewritePattern):
-    """``act(op(...))`` -> ``op(...) {act}`` for ``op`` among ``producers``."""
+    """``act(op(...))`` -> ``op(...) {act}`` for an ``op`` that ``accepts``."""
 
-    producers: tuple[str, ...]
+    accepts: Callable[[str], bool]
 
     @property
     def label(self) -> str:
@@ -175,7 +193,7 @@ class _FuseActivation(RewritePattern):
             return False
         v = act.operands[0]
         op = v.producer
-        if op is None or op.type not in self.producers or op.attrs.get("act") is not None \
+        if op is None or not self.accepts(op.type) or op.attrs.get("act") is not None \
                 or not only_reader(v, act) or v.type != act.result.type:
             return False
         for key, value in fused.items():
@@ -190,23 +208,23 @@ class _ComposeTransposes(RewritePattern):
     label = "transposes"
 
     def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
-        if op.type not in TRANSPOSES:
+        outer = transpose_perm(op)
+        if outer is None:
             return False
-        outer = tuple(op.attrs[TRANSPOSES[op.type]])
         x = op.operands[0]
         if outer == tuple(range(len(outer))):
             rewriter.replace_op(op, [x])
             return True
         inner_op = x.producer
-        if inner_op is None or inner_op.type not in TRANSPOSES:
+        inner = transpose_perm(inner_op)
+        if inner is None:
             return False
-        inner = inner_op.attrs[TRANSPOSES[inner_op.type]]
         source = inner_op.operands[0]
         perm = tuple(inner[i] for i in outer)  # out axis i is x axis outer[i], i.e. source axis inner[outer[i]]
         if perm == tuple(range(len(perm))):
             rewriter.replace_op(op, [source])
         else:
-            new = Op(op.type, [source], [op.result.type], {**op.attrs, TRANSPOSES[op.type]: perm}, loc=op.loc)
+            new = Op("transpose", [source], [op.result.type], {"perm": perm}, loc=op.loc)
             rewriter.replace_op(op, [rewriter.insert_before(op, new).result])
         if not x.uses:
             rewriter.erase_op(inner_op)
@@ -215,7 +233,7 @@ class _ComposeTransposes(RewritePattern):
 
 def _sinks_away(transpose: Op) -> bool:
     """Every reader of ``transpose`` is a transpose or pointwise, so sinking can retire it."""
-    return all(u.type in TRANSPOSES or u.type in POINTWISE for u in transpose.users)
+    return all(transpose_perm(u) is not None or u.has_trait("pointwise") for u in transpose.users)
 
 
 class _SinkTransposes(RewritePattern):
@@ -225,15 +243,15 @@ class _SinkTransposes(RewritePattern):
     label = "sunk"
 
     def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
-        if op.type not in POINTWISE or len(op.results) != 1 or op.blocks:
+        if not op.has_trait("pointwise") or len(op.results) != 1 or op.blocks:
             return False
         shape = op.result.type.shape
         tensors = [v for v in op.operands if v.type.shape != ()]
         producers = [v.producer for v in tensors]
         if not tensors or any(v.type.shape != shape for v in tensors) \
-                or any(p is None or p.type not in TRANSPOSES or not _sinks_away(p) for p in producers):
+                or any(transpose_perm(p) is None or not _sinks_away(p) for p in producers):
             return False
-        perms = {tuple(p.attrs[TRANSPOSES[p.type]]) for p in producers}
+        perms = {transpose_perm(p) for p in producers}
         if len(perms) != 1:
             return False
         (perm,) = perms
@@ -248,6 +266,12 @@ class _SinkTransposes(RewritePattern):
             if not p.result.uses:
                 rewriter.erase_op(p)
         return True
+
+
+def _elementwise_binary(op_type: str) -> bool:
+    """Paddle's ``elementwise_*`` ops: pointwise, broadcasting, with a fused activation."""
+    traits = traits_of(op_type)
+    return traits.pointwise and traits.broadcasting and fuses_activation(op_type)
 
 
 @register_pass
@@ -267,7 +291,7 @@ class FoldConvBatchNorm(PatternPass):
     name = "fold_conv_bn"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FoldBatchNorm(CONVS, weight_axis=0)]
+        return [_FoldBatchNorm(convolutions=True)]
 
 
 @register_pass
@@ -279,7 +303,7 @@ class FoldLinearBatchNorm(PatternPass):
     name = "fold_linear_bn"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FoldBatchNorm(("linear",), weight_axis=1)]
+        return [_FoldBatchNorm(convolutions=False)]
 
 
 @register_pass
@@ -298,7 +322,7 @@ class FuseBiasActivation(PatternPass):
     name = "fuse_bias_act"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FuseBias(), _FuseActivation((*CONVS, "linear"))]
+        return [_FuseBias(), _FuseActivation(lambda t: weighted(t) and fuses_activation(t))]
 
 
 @register_pass
@@ -309,7 +333,7 @@ class FuseElementwiseActivation(PatternPass):
     name = "fuse_elementwise_act"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FuseActivation(ELEMENTWISE)]
+        return [_FuseActivation(_elementwise_binary)]
 
 
 @register_pass

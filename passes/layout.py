@@ -1,6 +1,7 @@
 """Whole-program layout conversion: run every layout-aware op in one data format.
 
-``convert_layout{to=NHWC}`` rewrites each conv / pool / norm op whose ``data_format`` differs
+``convert_layout{to=NHWC}`` rewrites each layout-sensitive op (conv, pool, norm, resize ...: the
+``layout_sensitive`` trait) over 4-D images whose ``data_format`` differs
 from ``to`` into the same op in ``to``, between a transpose of its input into the new layout
 and a transpose of its result back. The program computes the same function; then the
 transposes are cancelled and sunk (:class:`paddlejax.passes.fusion.EliminateTransposes`): a
@@ -27,11 +28,8 @@ import dataclasses
 from paddlejax.ir.core import Op, Program, TensorType
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
-from paddlejax.passes.fusion import EliminateTransposes, TRANSPOSES
+from paddlejax.passes.fusion import EliminateTransposes, transpose_perm
 from paddlejax.passes.rewrite import apply_patterns
-
-LAYOUT_OPS = frozenset({"conv2d", "depthwise_conv2d", "conv2d_transpose", "pool2d", "adaptive_pool2d",
-                        "batch_norm", "group_norm"})
 # perm into each layout from the other one (transpose: out.shape[i] = x.shape[perm[i]])
 INTO = {"NHWC": (0, 2, 3, 1), "NCHW": (0, 3, 1, 2)}
 
@@ -43,7 +41,7 @@ def permuted(t: TensorType, perm) -> TensorType:
 
 def _image_op(op: Op) -> bool:
     # only the first result is an image; batch_norm's others are per-channel statistics
-    return (op.type in LAYOUT_OPS and op.attrs.get("data_format") in INTO
+    return (op.has_trait("layout_sensitive") and op.attrs.get("data_format") in INTO
             and len(op.operands[0].type.shape) == 4 and len(op.results[0].type.shape) == 4)
 
 
@@ -94,4 +92,4 @@ class ConvertLayout(Pass):
         if converted:
             apply_patterns(program, EliminateTransposes().patterns())
         return PassResult(bool(converted), {"converted": converted,
-                                            "transposes": sum(op.type in TRANSPOSES for op in program.walk())})
+                                            "transposes": sum(transpose_perm(op) is not None for op in program.walk())})

@@ -23,6 +23,7 @@ from typing import Callable, Sequence, TextIO
 from paddlejax.ir.core import Program
 from paddlejax.ir.verifier import VerificationError, verify
 from paddlejax.passes.base import Pass, PassContext, get_pass, pass_class, registered_passes
+from paddlejax.table import format_table
 
 
 class PassError(RuntimeError):
@@ -80,7 +81,7 @@ def _convert(cls: type[Pass], key: str, raw: str):
 
 
 # Passes the inference pipeline runs, in order, when they are registered (see inference_pipeline).
-INFERENCE_PIPELINE = ["eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
+INFERENCE_PIPELINE = ["canonicalize", "eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
                       "fuse_elementwise_act", "fuse_attention", "eliminate_transposes", "cse", "dce", "autotune",
                       "inplace"]
 
@@ -221,8 +222,7 @@ class PassManager:
         for r in self.records:
             stats = ", ".join(f"{k}={v}" for k, v in r.stats.items() if v) or "-"
             rows.append((r.name, f"{r.ops_before} -> {r.ops_after}", stats, f"{r.seconds * 1e3:.1f}"))
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+        return format_table(rows)
 
 
 def run(program: Program, pipeline: str | Sequence[Pass | str], *, training: bool = False, **options) -> Program:

@@ -43,6 +43,7 @@ from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.printer import op_lines
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
+from paddlejax.passes.options import parse_sizes
 
 REMAT_ATTR = "remat_segment"
 _PERSISTENT = ("param", "constant")
@@ -189,22 +190,6 @@ def plan_inplace(program: Program, sizes: dict | None = None) -> InplacePlan:
     return InplacePlan(reuses, live.peak_bytes, live.with_reuse(donors).peak_bytes)
 
 
-def parse_sizes(text: str) -> dict[str, int]:
-    """A pass's ``sizes`` option (``"b=32"``, several joined by ``:`` as commas separate
-    options on a command line) as a dict.
-
-    >>> parse_sizes("b=32:s=128")
-    {'b': 32, 's': 128}
-    """
-    sizes = {}
-    for item in filter(None, text.replace(":", ",").split(",")):
-        name, eq, value = item.partition("=")
-        if not eq or not value.strip().isdigit():
-            raise ValueError(f"sizes expects NAME=N items separated by ':', got {item!r}")
-        sizes[name.strip()] = int(value)
-    return sizes
-
-
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class InplaceReuse(Pass):
@@ -259,7 +244,7 @@ def _weight_copies(live: Liveness, env: dict) -> tuple[int, int]:
     ops = live.program.body.ops
     copies = [0] * (len(ops) + 1)
     for i, op in enumerate(ops):
-        weight = op.operands[1] if op.type == "conv2d" else None
+        weight = op.input("weight") if op.type == "conv2d" else None
         if weight is not None and weight.producer is not None and weight.producer.type == "param":
             copies[i] += nbytes(weight.type, env)
     for i in range(len(ops) - 1, -1, -1):
@@ -298,26 +283,7 @@ def compare_with_xla(program: Program, sizes: dict | None = None) -> MemoryCompa
                             int(stats.temp_size_in_bytes))
 
 
-# What the backward pass of each op type reads, following JAX's linearization rules (checked
-# with ``jax.vjp``): "operands" (its activation operands), "result", "new" (a fresh buffer of
-# the result's size that the forward pass computes for the backward one, e.g. ``1 - tanh(x)``)
-# and "mask" (a boolean of the result's size). Linear ops read nothing; for "operands", each
-# operand's gradient reads the others, so ``x * 0.5`` keeps nothing of ``x``.
-_LINEAR = ("lax.add", "lax.sub", "lax.neg", "lax.broadcast_in_dim", "lax.reshape", "lax.transpose",
-           "lax.reduce_sum", "lax.concatenate", "lax.squeeze", "lax.expand_dims", "lax.slice", "lax.pad",
-           "lax.convert_element_type", "lax.copy", "elementwise_add", "elementwise_sub", "reshape",
-           "flatten", "transpose", "concat")
-SAVED_FOR_BACKWARD: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(_LINEAR, ()),
-    **dict.fromkeys(("lax.mul", "lax.dot_general", "matmul", "linear", "conv2d", "lax.log"), ("operands",)),
-    "lax.div": ("operands", "new"),
-    "lax.exp": ("result",),
-    "lax.tanh": ("result", "new"),
-    **dict.fromkeys(("lax.logistic", "lax.sqrt", "lax.rsqrt", "lax.integer_pow", "lax.square", "lax.sin",
-                     "lax.cos", "lax.erf"), ("new",)),
-    "relu": ("mask",),
-    "relu6": ("new", "new"),
-}
+# An op whose traits do not say what its gradient reads is assumed to keep its operands and result.
 _DEFAULT_SAVED = ("operands", "result")
 
 
@@ -351,7 +317,8 @@ def _is_constant(v: Value) -> bool:
 def _saved_by(op: Op, env: dict) -> tuple[list[Value], int]:
     """The values ``op``'s backward pass reads, and the bytes of new buffers it keeps."""
     values, extra = [], 0
-    for item in SAVED_FOR_BACKWARD.get(op.type, _DEFAULT_SAVED):
+    saved = op.traits.saved_for_backward
+    for item in _DEFAULT_SAVED if saved is None else saved:
         if item == "operands":
             # an operand's gradient reads the other operands; a constant needs no gradient
             needs_grad = [not _is_constant(v) for v in op.operands]
@@ -447,10 +414,10 @@ class Remat(Pass):
     """Mark remat segments so that the activations kept for the backward pass fit ``budget`` bytes.
 
     Model (:func:`stored_bytes`): an op outside a segment keeps what its backward pass reads,
-    from the table ``SAVED_FOR_BACKWARD`` (JAX's linearization rules: linear ops such as add,
+    by its ``saved_for_backward`` trait (JAX's linearization rules: linear ops such as add,
     reshape or broadcast keep nothing; a matmul, conv or mul keeps its operands; tanh its result
-    and ``1 - result``; relu a boolean mask); an op type not in the table keeps its operands and
-    results, the conservative choice. A value several ops keep is counted once; program inputs,
+    and ``1 - result``; relu a boolean mask); an op type that declares nothing keeps its operands
+    and results, the conservative choice. A value several ops keep is counted once; program inputs,
     parameters and constants are not counted (they are held anyway). A segment keeps only its
     inputs; the residuals of its ops are recomputed in the backward pass, one segment at a time,
     so the largest segment's own residuals are added once. A ``scan`` keeps its body's residuals

@@ -42,6 +42,7 @@ import numpy as np
 
 from paddlejax.analysis import op_flops, size_env
 from paddlejax.ir.core import Block, Op, Program, Value
+from paddlejax.table import format_table
 
 MARK = "pipeline_stage"
 _FREE = ("param", "constant")
@@ -119,8 +120,7 @@ class PipelineSplit:
         total_flops = sum(op_flops(op, env) for st in self.stages for op in st.ops)
         rows.append(("total", str(sum(len(s.ops) for s in self.stages)), str(total_flops),
                      str(self.program.num_params()), ""))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+        return format_table(rows)
 
     def __str__(self) -> str:
         return self.summary()

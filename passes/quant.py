@@ -43,40 +43,26 @@ from paddlejax.ops.common import channel_axis
 from paddlejax.ops.conv import paddle_padding
 from paddlejax.ops.quant import abs_max, asym_grid, pack_int4, qmax, quantize
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
-from paddlejax.passes.fusion import stored_array
+from paddlejax.ops import registry
+from paddlejax.passes.fusion import weighted
+from paddlejax.passes.options import op_types
+from paddlejax.passes.query import param_name, stored_array
 
-QUANTIZABLE = ("conv2d", "depthwise_conv2d", "linear", "matmul")
+# The ops whose traits name a quantizable weight: conv2d, depthwise_conv2d, linear, matmul.
+QUANTIZABLE = tuple(name for name, opdef in registry.all_ops().items() if opdef.traits.weight is not None)
 SCALE_SUFFIX = {"weight": "quant_scale", "input": "input_scale", "x": "x_scale", "y": "y_scale"}
 
 
-def op_types(option: str, known: tuple[str, ...], refusal: str) -> list[str]:
-    """The op types of an ``ops`` option (separated by ``:`` or ``,``), all in ``known``; the
-    error starts with ``refusal``.
-
-    >>> op_types("linear:conv2d", QUANTIZABLE, "cannot quantize")
-    ['linear', 'conv2d']
-    """
-    types = [t for t in option.replace(",", ":").split(":") if t]
-    unknown = sorted(set(types) - set(known))
-    if unknown:
-        raise ValueError(f"{refusal} op types {unknown}; known: {list(known)}")
-    return types
-
-
-def param_name(v: Value) -> str | None:
-    """The name of the parameter ``v`` reads, or None when ``v`` is computed."""
-    op = v.producer
-    return op.attrs["name"] if op is not None and op.type == "param" else None
+def weight_of(op: Op) -> Value:
+    """The weight operand of a quantizable op (the input its traits name)."""
+    return op.input(op.traits.weight)
 
 
 def weight_axis(op: Op) -> int | None:
-    """The output-channel axis of ``op``'s weight (operand 1), or None for a per-tensor scale:
-    0 for an OIHW conv weight, the last for a linear ``[in, out]`` weight or a matmul ``y``."""
-    if op.type in ("conv2d", "depthwise_conv2d"):
-        return 0
-    if op.type == "matmul" and op.attrs.get("transpose_y"):
-        return None
-    return len(op.operands[1].type.shape) - 1
+    """The output-channel axis of ``op``'s weight, or None for a per-tensor scale, as its
+    traits declare: 0 for an OIHW conv weight, the last for a linear ``[in, out]`` weight or
+    a matmul ``y``."""
+    return op.traits.weight_out_axis(op.attrs, len(weight_of(op).type.shape))
 
 
 FAKE_QUANT = ("fake_quantize", "fake_quantize_asym")
@@ -159,7 +145,7 @@ class InsertFakeQuant(Pass):
 
     def _weight_scale(self, rewriter: Rewriter, op: Op, name: str, axis: int | None) -> Value:
         """The weight's absolute maximum (per channel along ``axis``), stored as parameter ``name``."""
-        stored = stored_array(rewriter.program, op.operands[1])
+        stored = stored_array(rewriter.program, weight_of(op))
         return rewriter.param(name, np.asarray(abs_max(stored, axis=axis), np.float32))
 
     def _activation_scale(self, rewriter: Rewriter, op: Op, index: int, name: str, ctx: PassContext) -> Value:
@@ -226,7 +212,7 @@ class QuantAware(InsertFakeQuant):
         return result
 
     def _weight_scale(self, rewriter: Rewriter, op: Op, name: str, axis: int | None) -> Value:
-        w = op.operands[1]
+        w = weight_of(op)
         shape = () if axis is None else (w.type.shape[axis],)
         return rewriter.insert_before(op, Op("abs_max", [w], [TensorType(shape, "float32")], {"axis": axis},
                                              loc=op.loc)).result
@@ -329,7 +315,7 @@ class ConvertInt8(Pass):
         else:  # a matmul of two activations
             w_q, w_scale = self._quantize(rewriter, w_fq, quantized), w_fq.operands[1]
         x_scale, rest = x_fq.operands[1], op.operands[2:]
-        conv = op.type in ("conv2d", "depthwise_conv2d")
+        conv = op.has_trait("layout_sensitive")
         attrs = _conv_attrs(op) if conv else dict(op.attrs)
         if x_fq.type == "fake_quantize_asym":
             x_scale, rest, zero = self._asym_terms(rewriter, op, x_fq, q, scale, quantized)
@@ -359,9 +345,10 @@ class ConvertInt8(Pass):
         """Whether an asymmetric activation's zero point folds into ``op``'s bias: a linear or a
         convolution with a stored weight, range and bias (or none)."""
         x_fq = op.operands[0].producer
-        return op.type in ("linear", "conv2d", "depthwise_conv2d") and w_fq is not None \
+        bias = op.input("bias") if weighted(op.type) else None
+        return weighted(op.type) and w_fq is not None \
             and all(stored_array(program, v) is not None for v in x_fq.operands[1:]) \
-            and (len(op.operands) < 3 or stored_array(program, op.operands[2]) is not None)
+            and (bias is None or stored_array(program, bias) is not None)
 
     @staticmethod
     def _pad_with_zero(rewriter: Rewriter, op: Op, x_q: Value, zero: int, attrs: dict) -> Value:
@@ -409,8 +396,8 @@ class ConvertInt8(Pass):
     def _weight_only(rewriter: Rewriter, op: Op, w_fq: Op) -> bool:
         """``op`` as ``weight_only_linear`` or ``weight_only_conv2d`` (weight int8 or packed int4),
         where one computes it: a linear, a 2-D matmul weight without transposes, a convolution."""
-        conv = op.type in ("conv2d", "depthwise_conv2d")
-        out_axis = 0 if conv else len(op.operands[1].type.shape) - 1
+        conv = op.has_trait("layout_sensitive")
+        out_axis = weight_axis(op) if op.type != "matmul" else len(weight_of(op).type.shape) - 1
         if w_fq.attrs["axis"] not in (None, out_axis) \
                 or op.type == "matmul" and (op.attrs.get("transpose_x") or op.attrs.get("transpose_y")
                                             or len(op.operands[1].type.shape) != 2):

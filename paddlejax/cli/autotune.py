@@ -12,7 +12,7 @@ the choices recorded as ``kernel`` annotations.
 from __future__ import annotations
 
 from paddlejax.cli.common import check_not_input, parse_sizes, program_path
-from paddlejax.cli.table import format_table
+from paddlejax.table import format_table
 
 
 def add_arguments(p) -> None:

@@ -13,7 +13,7 @@ import math
 import statistics
 import time
 
-from paddlejax.cli.table import format_table
+from paddlejax.table import format_table
 
 
 def add_arguments(p) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import zipfile
 
 from paddlejax.cli.common import check_not_input, plot_path, program_path, read_arrays
-from paddlejax.cli.table import format_table
+from paddlejax.table import format_table
 
 QUANTIZE = """Post-training quantization of a saved program: int8 weights and activations, calibrated on
 --calib (--weight-bits 8), or int4 weights packed two to a byte with float activations

@@ -16,12 +16,14 @@ through :class:`paddlejax.ir.Rewriter`; the constructors here are for building n
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, Iterator
 
 import jax
 import numpy as np
+
+from paddlejax.ops import registry
+from paddlejax.ops.traits import Traits, canonical_form, traits_of
 
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
                  "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
@@ -138,6 +140,48 @@ class Op:
                 seen.setdefault(id(u), u)
         return list(seen.values())
 
+    # -- meaning, from the op library ----------------------------------------------------
+    @property
+    def traits(self) -> Traits:
+        """What this op's type means (:class:`paddlejax.ops.traits.Traits`)."""
+        return traits_of(self.type)
+
+    def has_trait(self, name: str) -> bool:
+        """Whether boolean trait ``name`` holds for this op and its attributes.
+
+        >>> import jax.numpy as jnp, paddlejax as pj
+        >>> prog = pj.trace(lambda x: pj.ops.relu(x) + x, jnp.ones(3))
+        >>> [(op.type, op.has_trait("pointwise"), op.has_trait("commutative")) for op in prog.body.ops[:2]]
+        [('relu', True, False), ('lax.add', True, True)]
+        """
+        return self.traits.has(name, self.attrs)
+
+    @property
+    def canonical(self) -> tuple[str, dict]:
+        """``(type, attrs)`` in the registry's vocabulary: ``lax.add`` reads as ``elementwise_add``
+        (:func:`paddlejax.ops.traits.canonical_form`)."""
+        return canonical_form(self.type, self.attrs, tuple(v.type for v in self.operands))
+
+    def input(self, name: str) -> "Value | list[Value] | None":
+        """The operand bound to the op's input ``name`` (None for an absent optional input; a list
+        for a variadic one), by the registry's declaration of the op.
+
+        >>> import jax.numpy as jnp, paddlejax as pj
+        >>> prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), jnp.ones((1, 2)), params={"w": jnp.ones((2, 3))})
+        >>> linear = prog.body.ops[1]
+        >>> linear.input("weight").producer.attrs["name"], linear.input("bias")
+        ('w', None)
+        """
+        opdef = registry.lookup(self.type)
+        names = [i.name for i in opdef.inputs] if opdef is not None else []
+        if name not in names:
+            known = f"inputs {names}" if opdef is not None else "no named inputs (it is not a registry op)"
+            raise KeyError(f"{self.type} has no input '{name}'; it has {known}")
+        i = names.index(name)
+        if opdef.inputs[i].variadic:
+            return list(self.operands[i:])
+        return self.operands[i] if i < len(self.operands) else None
+
     def walk(self) -> Iterator["Op"]:
         """This op, then every op nested in its blocks."""
         yield self
@@ -188,22 +232,6 @@ def walk_blocks(block: Block) -> Iterator[Block]:
             yield from walk_blocks(b)
 
 
-class _FlatCall:
-    """``f(*inputs)`` calling ``func(*bound, *leaves of inputs)``; ``func`` is the jitted or
-    compiled function (``.func``, as with ``functools.partial``)."""
-
-    def __init__(self, func, bound: tuple, program: "Program"):
-        self.func = func
-        self.bound = bound
-        self.name, self.in_tree = program.name, program.in_tree
-
-    def __call__(self, *inputs):
-        leaves, tree = jax.tree_util.tree_flatten(inputs)
-        if tree != self.in_tree:
-            raise TypeError(f"{self.name}: expects inputs structured as {self.in_tree}, got {tree}")
-        return self.func(*self.bound, *leaves)
-
-
 class Program:
     """A captured program: the IR, its parameters, constants and pytree signature.
 
@@ -221,8 +249,7 @@ class Program:
         self.in_tree = in_tree
         self.out_tree = out_tree
         self.name = name
-        self.revision = 0
-        self._compiled = None
+        self.revision = 0  # bumped by every rewrite, so compiled forms know they are stale
 
     # -- structure -------------------------------------------------------------------
     def walk(self) -> Iterator[Op]:
@@ -278,7 +305,7 @@ class Program:
     def num_params(self) -> int:
         return sum(int(np.size(v)) for v in self.used_params().values())
 
-    # -- running ---------------------------------------------------------------------
+    # -- running: conveniences over paddlejax.execution, the lowering layer -----------------
     def apply(self, params: dict[str, Any], *inputs):
         """Run the program as a pure function of ``params`` (a dict like ``self.params``).
 
@@ -287,14 +314,10 @@ class Program:
         >>> jax.grad(lambda p: prog.apply(p, jnp.ones((1, 2))).sum())(prog.params)["w"].shape
         (2, 2)
         """
-        from paddlejax.lowering import run_program
-
-        return run_program(self, params, inputs)
+        return _execution().run_apply(self, params, *inputs)
 
     def __call__(self, *inputs):
-        if self._compiled is None or self._compiled[0] != self.revision:
-            self._compiled = (self.revision, jax.jit(self.apply))
-        return self._compiled[1](self.params, *inputs)
+        return _execution().call(self, *inputs)
 
     def compile(self, *example_inputs, freeze_params: bool = False, donate: bool = False):
         """A compiled callable ``f(*inputs)`` of a snapshot of the program and its parameters.
@@ -321,29 +344,11 @@ class Program:
         >>> f(jnp.ones((3, 2))).tolist()
         [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
         """
-        from paddlejax.lowering import run_program
-
-        program, params = self.clone(), self.used_params()
-        in_tree = program.in_tree
-        donated = tuple(program.body.terminator.attrs.get("donate", ())) if donate else ()
-
-        def run(p, *leaves):
-            return run_program(program, p, jax.tree_util.tree_unflatten(in_tree, leaves))
-
-        # inputs are passed flat, so that a donated input is one positional argument
-        if freeze_params:
-            fn, bound = jax.jit(functools.partial(run, params), donate_argnums=donated), ()
-        else:
-            fn, bound = jax.jit(run, donate_argnums=tuple(i + 1 for i in donated)), (params,)
-        if example_inputs:
-            fn = fn.lower(*bound, *jax.tree_util.tree_leaves(example_inputs)).compile()
-        return _FlatCall(fn, bound, program)
+        return _execution().compile_program(self, *example_inputs, freeze_params=freeze_params, donate=donate)
 
     # -- text, checks, copies -------------------------------------------------------------
     def __str__(self) -> str:
-        from paddlejax.ir.printer import format_program
-
-        return format_program(self)
+        return self.format()
 
     def format(self, locs: bool = False) -> str:
         """The text form; ``locs=True`` adds each op's source line as a comment."""
@@ -365,6 +370,14 @@ class Program:
     def __repr__(self) -> str:
         n_ops = sum(1 for _ in self.walk())
         return f"<Program {self.name}: {n_ops} ops, {len(self.used_params())} params>"
+
+
+def _execution():
+    # Running is the lowering layer's job, above this module: imported on first use so that
+    # the IR itself never depends on it.
+    from paddlejax import execution
+
+    return execution
 
 
 def program_of(values, caller: str, labels=None) -> Program:

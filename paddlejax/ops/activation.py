@@ -19,11 +19,18 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import channel_axis, input_error, norm_axis
 
 
-def _activation(name: str, kernel, **attrs):
-    return define(name, kernel, inputs=[Input("x", dtype="float")], attrs=attrs, flops=elementwise_flops)
+def _activation(name: str, kernel, traits: Traits | None = None, **attrs):
+    traits = traits or Traits(pointwise=True, channels="identity")
+    return define(name, kernel, inputs=[Input("x", dtype="float")], attrs=attrs, flops=elementwise_flops,
+                  traits=traits)
+
+
+# softmax mixes the elements along its axis: not pointwise, and it ends a channel group
+_NORMALISING = Traits(amp="black")
 
 
 def _relu(x):
@@ -89,20 +96,22 @@ def _prelu(x, weight, *, data_format):
     return jnp.where(x > 0, x, weight.astype(x.dtype) * x)
 
 
-relu = _activation("relu", _relu)
-relu6 = _activation("relu6", _relu6)
+relu = _activation("relu", _relu, Traits(pointwise=True, channels="identity", saved_for_backward=("mask",)))
+relu6 = _activation("relu6", _relu6, Traits(pointwise=True, channels="identity", saved_for_backward=("new", "new")))
 gelu = _activation("gelu", _gelu, approximate=Attr("bool", False))
 sigmoid = _activation("sigmoid", _sigmoid)
 tanh = _activation("tanh", _tanh)
 silu = _activation("silu", _silu)
 leaky_relu = _activation("leaky_relu", _leaky_relu, negative_slope=Attr("float", 0.01))
 hard_swish = _activation("hard_swish", _hard_swish)
-softmax = _activation("softmax", _softmax, axis=Attr("int", -1))
-log_softmax = _activation("log_softmax", _log_softmax, axis=Attr("int", -1))
+softmax = _activation("softmax", _softmax, _NORMALISING, axis=Attr("int", -1))
+log_softmax = _activation("log_softmax", _log_softmax, _NORMALISING, axis=Attr("int", -1))
 prelu = define("prelu", _prelu, inputs=[Input("x", dtype="float"), Input("weight", rank=1, dtype="float")],
                attrs={"data_format": Attr("str", "NCHW", choices=("NC", "NCL", "NCHW", "NCDHW", "NLC", "NHWC",
                                                                   "NDHWC"))},
-               flops=elementwise_flops)
+               flops=elementwise_flops,
+               # one slope per channel: the channel axis, not the layout, pairs it with x
+               traits=Traits(layout_sensitive=True, channels="identity"))
 
 
 # Activations an op can apply to its own result (its ``act`` attribute). "gelu_tanh" is gelu

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import input_error
 
 _OP = "scaled_dot_product_attention"
@@ -113,4 +114,4 @@ scaled_dot_product_attention = define(
             Input("value", rank=4, dtype="float"), Input("mask", rank=(1, 2, 3, 4), optional=True)],
     attrs={"is_causal": Attr("bool", False), "scale": Attr("float", None, optional=True),
            "implementation": Attr("str", None, choices=("xla", "cudnn"), optional=True)},
-    variants={"xla": _sdpa_xla}, flops=_sdpa_flops)
+    variants={"xla": _sdpa_xla}, flops=_sdpa_flops, traits=Traits(amp="white"))

@@ -30,6 +30,7 @@ from jax import lax
 
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits, always
 from paddlejax.ops.common import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
                                  to_channels_last)
 
@@ -305,20 +306,32 @@ def _conv_attrs(ndim=2, **extra):
             "data_format": Attr("str", CONV_LAYOUTS[ndim][0], choices=CONV_LAYOUTS[ndim])}
 
 
-def _define_conv(name, doc, variants, ndim=2, **extra):
+def _grouped(attrs) -> str:
+    return "grouped" if attrs.get("groups", 1) > 1 else "consumed"
+
+
+def _define_conv(name, doc, variants, ndim=2, traits=None, **extra):
     return define(name, _conv_kernel(name, _lax_conv, doc),
                   inputs=[Input("x", rank=ndim + 2, dtype="float"), Input("weight", rank=ndim + 2, dtype="float"),
                           Input("bias", rank=1, dtype="float", optional=True)],
                   attrs={**_conv_attrs(ndim, **extra), **fused_activation_attrs()},
                   variants={v: _conv_kernel(name, impl) for v, impl in variants.items()},
-                  reduced_precision=set(variants) & set(_REDUCED_PRECISION), flops=_conv_flops)
+                  reduced_precision=set(variants) & set(_REDUCED_PRECISION), flops=_conv_flops,
+                  traits=traits or Traits(amp="white", layout_sensitive=True, channels=_grouped,
+                                          saved_for_backward=("operands",)))
+
+
+# The int8 kernels cover 2-D convolutions: those are quantizable, their weight OIHW.
+_CONV2D_TRAITS = dict(amp="white", layout_sensitive=True, weight="weight", weight_out_axis=lambda attrs, rank: 0,
+                      saved_for_backward=("operands",))
 
 
 conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",
-                      _CONV2D_VARIANTS,
+                      _CONV2D_VARIANTS, traits=Traits(channels=_grouped, **_CONV2D_TRAITS),
                       groups=Attr("int", 1, minimum=1))
 depthwise_conv2d = _define_conv("depthwise_conv2d", "Depthwise 2-D convolution (groups = in_c), "
-                                "weight [in_c * multiplier, 1, kh, kw].", _DEPTHWISE_VARIANTS)
+                                "weight [in_c * multiplier, 1, kh, kw].", _DEPTHWISE_VARIANTS,
+                                traits=Traits(channels="grouped", **_CONV2D_TRAITS))
 conv1d = _define_conv("conv1d", "1-D convolution (cross-correlation), weight [out_c, in_c/groups, k].", {},
                       ndim=1, groups=Attr("int", 1, minimum=1))
 conv3d = _define_conv("conv3d", "3-D convolution (cross-correlation), weight [out_c, in_c/groups, kd, kh, kw].",
@@ -360,4 +373,5 @@ conv2d_transpose = define(
     inputs=[Input("x", rank=4, dtype="float"), Input("weight", rank=4, dtype="float"),
             Input("bias", rank=1, dtype="float", optional=True)],
     attrs=_conv_attrs(output_padding=Attr("ints", (0, 0), length=2, minimum=0), groups=Attr("int", 1, minimum=1)),
-    flops=lambda in_shapes, out_shapes, attrs: 2 * math.prod(in_shapes[0]) * math.prod(in_shapes[1][1:]))
+    flops=lambda in_shapes, out_shapes, attrs: 2 * math.prod(in_shapes[0]) * math.prod(in_shapes[1][1:]),
+    traits=Traits(amp="white", layout_sensitive=True, channels=_grouped))

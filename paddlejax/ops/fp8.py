@@ -32,6 +32,7 @@ from paddlejax.ops.common import input_error
 from paddlejax.ops.quant import (_ANY_RANK, _SCALE_RANK, _axis_attr, _check_bias, _linear_flops, _require_dtype,
                                  _scale_along)
 from paddlejax.ops.registry import Input, define, elementwise_flops
+from paddlejax.ops.traits import Traits
 
 FP8 = jnp.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value
@@ -89,9 +90,9 @@ def _fp8_linear(x, w_fp8, w_scale, bias=None, *, act=None, act_alpha=None):
 
 quantize_fp8 = define("quantize_fp8", _quantize_fp8,
                       inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                      attrs={"axis": _axis_attr()}, flops=elementwise_flops)
+                      attrs={"axis": _axis_attr()}, flops=elementwise_flops, traits=Traits())
 fp8_linear = define("fp8_linear", _fp8_linear,
                     inputs=[Input("x", rank=_ANY_RANK, dtype="float"), Input("w_fp8", rank=2),
                             Input("w_scale", rank=_SCALE_RANK, dtype="float"),
                             Input("bias", rank=1, dtype="float", optional=True)],
-                    attrs=fused_activation_attrs(), flops=_linear_flops)
+                    attrs=fused_activation_attrs(), flops=_linear_flops, traits=Traits(channels="consumed"))

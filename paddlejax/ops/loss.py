@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import attr_error, input_error, norm_axis
 
 
@@ -121,10 +122,10 @@ cross_entropy = define(
     attrs={"soft_label": Attr("bool", False), "ignore_index": Attr("int", -100),
            "label_smoothing": Attr("float", 0.0, minimum=0.0), "axis": Attr("int", -1),
            "use_softmax": Attr("bool", True), "reduction": _REDUCTION},
-    flops=lambda ins, outs, attrs: 4 * math.prod(ins[0]))
+    flops=lambda ins, outs, attrs: 4 * math.prod(ins[0]), traits=Traits(amp="black", reduction=True))
 nll_loss = define(
     "nll_loss", _nll_loss,
     inputs=[Input("input", rank=tuple(range(2, 9)), dtype="float"), Input("label"),
             Input("weight", rank=1, dtype="float", optional=True)],
     attrs={"ignore_index": Attr("int", -100), "reduction": _REDUCTION},
-    flops=lambda ins, outs, attrs: math.prod(ins[1]))
+    flops=lambda ins, outs, attrs: math.prod(ins[1]), traits=Traits(amp="black", reduction=True))

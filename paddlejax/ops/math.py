@@ -15,10 +15,11 @@ import jax.numpy as jnp
 
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+from paddlejax.ops.traits import Traits, always
 from paddlejax.ops.common import attr_error, input_error
 
 
-def _elementwise(name: str, fn, doc: str):
+def _elementwise(name: str, fn, doc: str, **traits):
     def kernel(x, y, *, act=None, act_alpha=None):
         try:
             jnp.broadcast_shapes(x.shape, y.shape)  # jnp's accepts symbolic sizes
@@ -30,16 +31,24 @@ def _elementwise(name: str, fn, doc: str):
     kernel.__doc__ = doc
     kernel.__name__ = name
     return define(name, kernel, inputs=[Input("x"), Input("y")], attrs=fused_activation_attrs(),
-                  flops=elementwise_flops)
+                  flops=elementwise_flops,
+                  traits=Traits(pointwise=True, broadcasting=True, channels="identity", **traits))
 
 
-elementwise_add = _elementwise("elementwise_add", jnp.add, "x + y with numpy broadcasting.")
-elementwise_sub = _elementwise("elementwise_sub", jnp.subtract, "x - y with numpy broadcasting.")
-elementwise_mul = _elementwise("elementwise_mul", jnp.multiply, "x * y with numpy broadcasting.")
-elementwise_div = _elementwise("elementwise_div", jnp.true_divide, "x / y with numpy broadcasting.")
-elementwise_max = _elementwise("elementwise_max", jnp.maximum, "Elementwise maximum with numpy broadcasting.")
-elementwise_min = _elementwise("elementwise_min", jnp.minimum, "Elementwise minimum with numpy broadcasting.")
-elementwise_pow = _elementwise("elementwise_pow", jnp.power, "x ** y with numpy broadcasting.")
+elementwise_add = _elementwise("elementwise_add", jnp.add, "x + y with numpy broadcasting.",
+                               commutative=True, unit=0.0, saved_for_backward=())
+elementwise_sub = _elementwise("elementwise_sub", jnp.subtract, "x - y with numpy broadcasting.",
+                               unit=0.0, saved_for_backward=())
+elementwise_mul = _elementwise("elementwise_mul", jnp.multiply, "x * y with numpy broadcasting.",
+                               commutative=True, unit=1.0, saved_for_backward=("operands",))
+# division and powers overflow the narrow float types: Paddle keeps them in float32
+elementwise_div = _elementwise("elementwise_div", jnp.true_divide, "x / y with numpy broadcasting.",
+                               unit=1.0, amp="black", saved_for_backward=("operands", "new"))
+elementwise_max = _elementwise("elementwise_max", jnp.maximum, "Elementwise maximum with numpy broadcasting.",
+                               commutative=True)
+elementwise_min = _elementwise("elementwise_min", jnp.minimum, "Elementwise minimum with numpy broadcasting.",
+                               commutative=True)
+elementwise_pow = _elementwise("elementwise_pow", jnp.power, "x ** y with numpy broadcasting.", amp="black")
 
 
 def _linear(x, weight, bias=None, *, act=None, act_alpha=None):
@@ -56,7 +65,9 @@ linear = define("linear", _linear,
                 inputs=[Input("x", rank=tuple(range(1, 9)), dtype="float"), Input("weight", rank=2, dtype="float"),
                         Input("bias", rank=1, dtype="float", optional=True)],
                 attrs=fused_activation_attrs(),
-                flops=lambda ins, outs, attrs: 2 * math.prod(ins[0]) * ins[1][1])
+                flops=lambda ins, outs, attrs: 2 * math.prod(ins[0]) * ins[1][1],
+                traits=Traits(amp="white", channels="consumed", weight="weight",
+                              weight_out_axis=lambda attrs, rank: rank - 1, saved_for_backward=("operands",)))
 
 
 def _contracted(shape, transpose_x):
@@ -100,7 +111,11 @@ def _matmul_flops(in_shapes, out_shapes, attrs):
 
 matmul = define("matmul", _matmul, inputs=[Input("x", rank=tuple(range(1, 9))), Input("y", rank=tuple(range(1, 9)))],
                 attrs={"transpose_x": Attr("bool", False), "transpose_y": Attr("bool", False)},
-                flops=_matmul_flops)
+                flops=_matmul_flops,
+                # a transposed y has its output channels first: one scale for the whole of it
+                traits=Traits(amp="white", channels="consumed", weight="y",
+                              weight_out_axis=lambda attrs, rank: None if attrs.get("transpose_y") else rank - 1,
+                              saved_for_backward=("operands",)))
 
 
 def _embedding(ids, weight, *, padding_idx):
@@ -115,4 +130,4 @@ def _embedding(ids, weight, *, padding_idx):
 
 
 embedding = define("embedding", _embedding, inputs=[Input("ids", dtype="int"), Input("weight", rank=2, dtype="float")],
-                   attrs={"padding_idx": Attr("int", None, optional=True)})
+                   attrs={"padding_idx": Attr("int", None, optional=True)}, traits=Traits())

@@ -17,6 +17,7 @@ from jax import lax
 
 from paddlejax import adapter
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import attr_error, channel_axis, from_channels_last, input_error, norm_axis, to_channels_last
 
 # Paddle layout names by rank; only "channels first or last" matters here.
@@ -139,18 +140,20 @@ _BATCH_NORM = dict(
     attrs={"epsilon": Attr("float", 1e-5, minimum=0), "momentum": Attr("float", 0.9, minimum=0),
            "training": Attr("bool", False), "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
     outputs=("out", "mean_out", "variance_out"),
-    flops=_norm_flops, batch_coupled=lambda attrs: attrs.get("training", False))
+    flops=_norm_flops,
+    traits=Traits(amp="norm", layout_sensitive=True, channels="identity",
+                  batch_coupled=lambda attrs: attrs.get("training", False)))
 batch_norm = define("batch_norm", _batch_norm, **_BATCH_NORM)
 sync_batch_norm = define("sync_batch_norm", _sync_batch_norm, **_BATCH_NORM)
 layer_norm = define(
     "layer_norm", _layer_norm,
     inputs=[Input("x", **_float), Input("weight", optional=True, **_float), Input("bias", optional=True, **_float)],
     attrs={"epsilon": Attr("float", 1e-5, minimum=0), "begin_norm_axis": Attr("int", -1)},
-    flops=_norm_flops)
+    flops=_norm_flops, traits=Traits(amp="norm"))
 group_norm = define(
     "group_norm", _group_norm,
     inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("weight", rank=1, optional=True, **_float),
             Input("bias", rank=1, optional=True, **_float)],
     attrs={"groups": Attr("int", minimum=1), "epsilon": Attr("float", 1e-5, minimum=0),
            "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
-    flops=_norm_flops)
+    flops=_norm_flops, traits=Traits(amp="norm", layout_sensitive=True, channels="identity"))

@@ -11,6 +11,7 @@ cut into pipeline stages (:func:`paddlejax.passes.pipeline.split_stages` cuts at
 from __future__ import annotations
 
 from paddlejax.ops.registry import Input, define
+from paddlejax.ops.traits import Traits
 
 
 def _pipeline_stage(x):
@@ -18,4 +19,5 @@ def _pipeline_stage(x):
     return x
 
 
-pipeline_stage = define("pipeline_stage", _pipeline_stage, inputs=[Input("x")], flops=lambda ins, outs, attrs: 0)
+pipeline_stage = define("pipeline_stage", _pipeline_stage, inputs=[Input("x")], flops=lambda ins, outs, attrs: 0,
+                        traits=Traits(channels="identity"))

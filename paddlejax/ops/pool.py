@@ -24,6 +24,7 @@ from jax import lax
 
 from paddlejax.ops.conv import paddle_padding
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import LAYOUTS, attr_error, from_channels_last, to_channels_last
 
 
@@ -84,7 +85,7 @@ pool2d = define(
            "padding": Attr("padding", ((0, 0), (0, 0))),
            "ceil_mode": Attr("bool", False), "global_pooling": Attr("bool", False),
            "exclusive": Attr("bool", True), "data_format": Attr("str", "NCHW", choices=LAYOUTS)},
-    flops=_pool_flops)
+    flops=_pool_flops, traits=Traits(layout_sensitive=True, channels="identity"))
 
 
 def _is_size(v) -> bool:
@@ -126,4 +127,5 @@ adaptive_pool2d = define(
     "adaptive_pool2d", _adaptive_pool2d, inputs=[Input("x", rank=4, dtype="float")],
     attrs={"output_size": _OutputSize("ints"), "pooling_type": Attr("str", "avg", choices=("max", "avg")),
            "data_format": Attr("str", "NCHW", choices=LAYOUTS)},
-    flops=lambda in_shapes, out_shapes, attrs: math.prod(in_shapes[0]))
+    flops=lambda in_shapes, out_shapes, attrs: math.prod(in_shapes[0]),
+    traits=Traits(layout_sensitive=True, channels="identity"))

@@ -45,6 +45,7 @@ from paddlejax.ops.common import channel_axis, from_channels_last, input_error, 
 from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, _taps, conv2d
 from paddlejax.ops.math import _matmul_flops, matmul_operands
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+from paddlejax.ops.traits import Traits
 
 _BITS = (4, 8)
 _INT8_QMAX = 127
@@ -503,46 +504,50 @@ def _linear_flops(in_shapes, out_shapes, attrs):
 
 
 _ANY_RANK = tuple(range(1, 9))
+# (fake-)quantizers and observers scale along one axis, so they keep the channels where they are
+_PER_AXIS = Traits(channels="identity")
 _SCALE_RANK = (0, 1)
 
 fake_quantize = define("fake_quantize", _fake_quantize,
                        inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                       attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+                       attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
 fake_quantize_asym = define("fake_quantize_asym", _fake_quantize_asym,
                             inputs=[Input("x", dtype="float"), Input("min", rank=_SCALE_RANK, dtype="float"),
                                     Input("max", rank=_SCALE_RANK, dtype="float")],
-                            attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+                            attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
 abs_max = define("abs_max", _abs_max, inputs=[Input("x", dtype="float")], attrs={"axis": _axis_attr()},
-                 flops=elementwise_flops)
+                 flops=elementwise_flops, traits=_PER_AXIS)
 moving_average_abs_max = define(
     "moving_average_abs_max", _moving_average_abs_max,
     inputs=[Input("x", dtype="float"), Input("scale", rank=0, dtype="float"), Input("state", rank=0, dtype="float")],
     attrs={"rate": Attr("float", 0.9, doc="weight of the past in the moving average")},
-    outputs=("scale", "state"), flops=elementwise_flops)
+    outputs=("scale", "state"), flops=elementwise_flops, traits=_PER_AXIS)
 quantize_asym = define("quantize_asym", _quantize_asym,
                        inputs=[Input("x", dtype="float"), Input("min", rank=0, dtype="float"),
                                Input("max", rank=0, dtype="float")],
-                       attrs={"bits": _bits_attr()}, flops=elementwise_flops)
+                       attrs={"bits": _bits_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
 quantize = define("quantize", _quantize,
                   inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                  attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+                  attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
 dequantize = define("dequantize", _dequantize,
                     inputs=[Input("q"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                    attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops)
+                    attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
 quantized_linear = define("quantized_linear", _quantized_linear,
                           inputs=[Input("x_q", rank=_ANY_RANK), Input("w_q", rank=2),
                                   Input("x_scale", rank=0, dtype="float"),
                                   Input("w_scale", rank=_SCALE_RANK, dtype="float"),
                                   Input("bias", rank=1, dtype="float", optional=True)],
                           attrs=fused_activation_attrs(), flops=_linear_flops,
-                          variants={"bf16_dot": functools.partial(_quantized_linear, carrier=jnp.bfloat16)})
+                          variants={"bf16_dot": functools.partial(_quantized_linear, carrier=jnp.bfloat16)},
+                          traits=Traits(channels="consumed"))
 quantized_matmul = define("quantized_matmul", _quantized_matmul,
                           inputs=[Input("x_q", rank=_ANY_RANK), Input("y_q", rank=_ANY_RANK),
                                   Input("x_scale", rank=0, dtype="float"),
                                   Input("y_scale", rank=_SCALE_RANK, dtype="float")],
                           attrs={"transpose_x": Attr("bool", False), "transpose_y": Attr("bool", False)},
                           flops=_matmul_flops,
-                          variants={"bf16_dot": functools.partial(_quantized_matmul, carrier=jnp.bfloat16)})
+                          variants={"bf16_dot": functools.partial(_quantized_matmul, carrier=jnp.bfloat16)},
+                          traits=Traits(channels="consumed"))
 quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                           inputs=[Input("x_q", rank=4), Input("w_q", rank=4), Input("x_scale", rank=0, dtype="float"),
                                   Input("w_scale", rank=_SCALE_RANK, dtype="float"),
@@ -553,15 +558,17 @@ quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                                     **{f"bf16_{name}": _quantized_conv_kernel(
                                         functools.partial(accumulate, carrier=jnp.bfloat16), accumulate.__doc__)
                                        for name, accumulate in (("conv", _lax_int32), ("taps", _int8_taps),
-                                                                ("im2col", _int8_im2col))}})
+                                                                ("im2col", _int8_im2col))}},
+                          traits=Traits(layout_sensitive=True, channels=conv2d.traits.channels))
 weight_only_linear = define("weight_only_linear", _weight_only_linear,
                             inputs=[Input("x", rank=_ANY_RANK, dtype="float"), Input("w_q", rank=2),
                                     Input("w_scale", rank=_SCALE_RANK, dtype="float"),
                                     Input("bias", rank=1, dtype="float", optional=True)],
-                            attrs={"bits": _bits_attr(), **fused_activation_attrs()}, flops=_linear_flops)
+                            attrs={"bits": _bits_attr(), **fused_activation_attrs()}, flops=_linear_flops,
+                            traits=Traits(channels="consumed"))
 weight_only_conv2d = define("weight_only_conv2d", _weight_only_conv2d,
                             inputs=[Input("x", rank=4, dtype="float"), Input("w_q", rank=4),
                                     Input("w_scale", rank=1, dtype="float"),
                                     Input("bias", rank=1, dtype="float", optional=True)],
                             attrs={"bits": _bits_attr(), **conv2d.attrs},
-                            flops=_conv_flops)
+                            flops=_conv_flops, traits=Traits(layout_sensitive=True, channels=conv2d.traits.channels))

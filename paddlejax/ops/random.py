@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import IntOrInts, attr_error, input_error, norm_axes
 
 
@@ -46,7 +47,10 @@ dropout = define("dropout", _dropout, inputs=[Input("x", dtype="float"), Input("
                  attrs={"p": Attr("float", 0.5, minimum=0.0), "training": Attr("bool", True),
                         "mode": Attr("str", "upscale_in_train", choices=("upscale_in_train", "downscale_in_infer")),
                         "axis": IntOrInts("ints", None, optional=True)},
-                 flops=elementwise_flops)
+                 flops=elementwise_flops,
+                 # random given its key, so pure: the key is an operand
+                 traits=Traits(channels="identity", identity_if=lambda attrs: (
+                     (not attrs["training"] or attrs["p"] == 0.0) and attrs["mode"] == "upscale_in_train")))
 
 
 @jax.jit  # eager calls reuse one compiled split instead of re-tracing the vmap each time
@@ -58,4 +62,5 @@ def _split_key(key):
     return pairs[:, 0].reshape(key.shape), pairs[:, 1].reshape(key.shape)
 
 
-split_key = define("split_key", _split_key, inputs=[Input("key", dtype="int")], outputs=("new_key", "subkey"))
+split_key = define("split_key", _split_key, inputs=[Input("key", dtype="int")], outputs=("new_key", "subkey"),
+                   traits=Traits())

@@ -1,13 +1,14 @@
 """The op registry: every high-level op is declared once, here, as an :class:`OpDef`.
 
 An op has named inputs (trailing ones may be optional, or one variadic input), typed
-attributes with defaults, a pure JAX reference kernel, optional alternative kernels
-("variants") and an optional FLOP count. Declaring an op also makes it a JAX primitive, so
-``jax.make_jaxpr`` shows it as one equation and jit, grad, vmap and shard_map all work.
+attributes with defaults, a pure JAX reference kernel, its :class:`~paddlejax.ops.traits.Traits`
+(what it means, for the passes), optional alternative kernels ("variants") and an optional
+FLOP count. Declaring an op also makes it a JAX primitive, so ``jax.make_jaxpr`` shows it as
+one equation and jit, grad, vmap and shard_map all work.
 
 >>> import jax.numpy as jnp
->>> double = define("double_example", lambda x, *, k: k * x,
-...                 inputs=[Input("x")], attrs={"k": Attr("float", 2.0)})
+>>> double = define("double_example", lambda x, *, k: k * x, inputs=[Input("x")],
+...                 attrs={"k": Attr("float", 2.0)}, traits=Traits(pointwise=True, channels="identity"))
 >>> float(double(jnp.float32(1.5)))
 3.0
 """
@@ -21,6 +22,7 @@ import jax
 import numpy as np
 
 from paddlejax import adapter
+from paddlejax.ops.traits import Traits
 
 REQUIRED = object()
 
@@ -170,9 +172,7 @@ class Input:
 class OpDef:
     """A registered op. Call it like a function: ``conv2d(x, w, stride=2)``.
 
-    ``batch_coupled`` says whether an output row depends on other rows of the batch (as
-    training-mode batch norm's batch statistics make it): a bool, or a function of the op's
-    attributes; :meth:`couples_batch` answers for one op.
+    ``traits`` say what it means (:class:`~paddlejax.ops.traits.Traits`): passes read them.
     """
 
     name: str
@@ -185,7 +185,7 @@ class OpDef:
     reduced_precision: frozenset[str] = frozenset()
     flops: Callable | None = None
     doc: str = ""
-    batch_coupled: bool | Callable[[dict], bool] = False
+    traits: Traits = Traits()
 
     def __post_init__(self):
         self.bind = adapter.make_primitive(self.name, self.kernel, self.multiple_results)
@@ -198,7 +198,7 @@ class OpDef:
         >>> batch_norm.couples_batch({"training": True}), batch_norm.couples_batch({"training": False})
         (True, False)
         """
-        return bool(self.batch_coupled(attrs) if callable(self.batch_coupled) else self.batch_coupled)
+        return self.traits.couples_batch(attrs)
 
     def check_attrs(self, attrs: dict) -> dict:
         """Validated attributes with defaults filled in, in declaration order."""
@@ -257,14 +257,19 @@ _REGISTRY: dict[str, OpDef] = {}
 def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[str, Attr] | None = None,
            outputs: Sequence[str] = ("out",), multiple_results: bool | None = None,
            variants: dict[str, Callable] | None = None, reduced_precision: Sequence[str] = (),
-           flops: Callable | None = None, batch_coupled: bool | Callable[[dict], bool] = False) -> OpDef:
+           flops: Callable | None = None, traits: Traits) -> OpDef:
     """Declare an op and register it under ``name``; returns the :class:`OpDef`.
 
     ``kernel(*arrays, **attrs)`` is the reference implementation; ``variants`` are other
     kernels of the same function, and ``reduced_precision`` names those among them that compute
     in a narrower type (autotuning tries them only when allowed); ``flops(in_shapes,
-    out_shapes, attrs)`` an optional FLOP count; ``batch_coupled`` as for :class:`OpDef`.
+    out_shapes, attrs)`` an optional FLOP count; ``traits`` what the op means (required: a pass
+    must never have to guess).
     """
+    if not isinstance(traits, Traits):
+        raise TypeError(f"op '{name}': traits must be a paddlejax.ops.traits.Traits, got {type(traits).__name__}")
+    if traits.weight is not None and traits.weight not in [i.name for i in inputs]:
+        raise ValueError(f"op '{name}': traits name weight input '{traits.weight}', which is not an input")
     if set(reduced_precision) - set(variants or {}):
         raise ValueError(f"op '{name}': reduced_precision names unknown variants "
                          f"{sorted(set(reduced_precision) - set(variants or {}))}")
@@ -275,7 +280,7 @@ def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[
                outputs=outputs,
                multiple_results=len(outputs) > 1 if multiple_results is None else multiple_results,
                variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision), flops=flops, doc=(kernel.__doc__ or "").strip(),
-               batch_coupled=batch_coupled)
+               traits=traits)
     _REGISTRY[name] = op
     return op
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from paddlejax.ops.common import IntOrInts, attr_error, from_channels_last, input_error, to_channels_last
 from paddlejax.ops.registry import Attr, Input, _fail, define
+from paddlejax.ops.traits import Traits
 
 RESIZE_LAYOUTS = ("NCW", "NWC", "NCHW", "NHWC", "NCDHW", "NDHWC")
 # The linear mode of each input rank (Paddle refuses the others).
@@ -118,4 +119,5 @@ interpolate = define(
            "mode": Attr("str", "nearest", choices=("nearest", *_LINEAR_MODES.values())),
            "align_corners": Attr("bool", False), "align_mode": Attr("int", 0, choices=(0, 1)),
            "data_format": Attr("str", "NCHW", choices=RESIZE_LAYOUTS)},
-    flops=lambda ins, outs, attrs: 4 * math.prod(outs[0]))
+    flops=lambda ins, outs, attrs: 4 * math.prod(outs[0]),
+    traits=Traits(layout_sensitive=True, channels="identity"))

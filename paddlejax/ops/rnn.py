@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import input_error
 
 
@@ -129,6 +130,8 @@ _weights = [Input("weight_ih", rank=2, **_float), Input("weight_hh", rank=2, **_
 lstm = define("lstm", _lstm,
               inputs=[Input("x", rank=3, **_float), Input("h0", rank=2, **_float), Input("c0", rank=2, **_float),
                       *_weights],
-              attrs={"is_reverse": Attr("bool", False)}, outputs=("out", "last_h", "last_c"), flops=_rnn_flops(4))
+              attrs={"is_reverse": Attr("bool", False)}, outputs=("out", "last_h", "last_c"), flops=_rnn_flops(4),
+              traits=Traits())
 gru = define("gru", _gru, inputs=[Input("x", rank=3, **_float), Input("h0", rank=2, **_float), *_weights],
-             attrs={"is_reverse": Attr("bool", False)}, outputs=("out", "last_h"), flops=_rnn_flops(3))
+             attrs={"is_reverse": Attr("bool", False)}, outputs=("out", "last_h"), flops=_rnn_flops(3),
+             traits=Traits())

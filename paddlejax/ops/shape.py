@@ -17,6 +17,7 @@ from jax import lax
 
 from paddlejax.ops.common import attr_error, input_error, norm_axis, norm_axes, IntOrInts
 from paddlejax.ops.registry import Attr, Input, define
+from paddlejax.ops.traits import Traits, always
 
 # ---------------------------------------------------------------------------------------
 # Ops
@@ -117,14 +118,24 @@ def _cast(x, *, dtype):
     return lax.convert_element_type(x, dtype)
 
 
-reshape = define("reshape", _reshape, inputs=[Input("x")], attrs={"shape": Attr("ints")})
-transpose = define("transpose", _transpose, inputs=[Input("x")], attrs={"perm": Attr("ints")})
-concat = define("concat", _concat, inputs=[Input("x", variadic=True)], attrs={"axis": Attr("int", 0)})
+# Their gradients only move elements back: the backward pass reads none of their values.
+reshape = define("reshape", _reshape, inputs=[Input("x")], attrs={"shape": Attr("ints")},
+                 traits=Traits(reshaping=True, channels="reshaped", identity_if=always, saved_for_backward=()))
+transpose = define("transpose", _transpose, inputs=[Input("x")], attrs={"perm": Attr("ints")},
+                   traits=Traits(identity_if=lambda attrs: tuple(attrs["perm"]) == tuple(range(len(attrs["perm"]))),
+                                 saved_for_backward=()))
+concat = define("concat", _concat, inputs=[Input("x", variadic=True)], attrs={"axis": Attr("int", 0)},
+                traits=Traits(channels="concatenated", identity_if=always, saved_for_backward=()))
 split = define("split", _split, inputs=[Input("x")], outputs=("outs",), multiple_results=True,
-               attrs={"num_or_sections": IntOrInts("ints"), "axis": Attr("int", 0)})
+               attrs={"num_or_sections": IntOrInts("ints"), "axis": Attr("int", 0)}, traits=Traits())
+# a slice or pad that keeps the type keeps every element
 slice = define("slice", _slice, inputs=[Input("x")],  # noqa: A001  (Paddle's name)
-               attrs={"axes": IntOrInts("ints"), "starts": IntOrInts("ints"), "ends": IntOrInts("ints")})
+               attrs={"axes": IntOrInts("ints"), "starts": IntOrInts("ints"), "ends": IntOrInts("ints")},
+               traits=Traits(identity_if=always))
 pad = define("pad", _pad, inputs=[Input("x")],
              attrs={"paddings": Attr("ints", minimum=0), "mode": Attr("str", "constant", choices=tuple(_PAD_MODES)),
-                    "value": Attr("float", 0.0)})
-cast = define("cast", _cast, inputs=[Input("x")], attrs={"dtype": Attr("dtype")})
+                    "value": Attr("float", 0.0)},
+             traits=Traits(identity_if=lambda attrs: not any(attrs["paddings"])))
+cast = define("cast", _cast, inputs=[Input("x")], attrs={"dtype": Attr("dtype")},
+              traits=Traits(pointwise=True, amp="cast", channels="identity", identity_if=always,
+                            saved_for_backward=()))

@@ -28,23 +28,22 @@ from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops import registry
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.quant import dequantize
-from paddlejax.passes.fusion import stored_array
-from paddlejax.passes.quant import is_fake_quantized, is_stored_weight, param_name, quantized_weight
+from paddlejax.passes.fusion import weighted
+from paddlejax.passes.quant import is_fake_quantized, is_stored_weight, quantized_weight, weight_of
+from paddlejax.passes.query import param_name, stored_array
 from paddlejax.slim.quant.post import probe_batches
-
-CORRECTABLE = ("conv2d", "depthwise_conv2d", "linear")
 
 
 def _targets(program: Program) -> list[Op]:
-    """The conv / linear ops with a fake-quantized stored weight, an input fake-quantized
+    """The conv / linear ops (weighted ops: a weight and a bias input) with a fake-quantized stored weight, an input fake-quantized
     symmetrically or float (weight-only), a stored bias or none, and no fused activation
     (after which the shift would not be linear), in program order."""
     out = []
     for op in program.walk():
-        if op.type not in CORRECTABLE or op.attrs.get("act") is not None:
+        if not weighted(op.type) or op.attrs.get("act") is not None:
             continue
-        x, w = op.operands[:2]
-        stored_bias = len(op.operands) < 3 or param_name(op.operands[2]) is not None
+        x, w, bias = op.operands[0], weight_of(op), op.input("bias")
+        stored_bias = bias is None or param_name(bias) is not None
         if is_fake_quantized(w) and w.producer.type == "fake_quantize" and is_stored_weight(program, w.producer) \
                 and (not is_fake_quantized(x) or x.producer.type == "fake_quantize") and stored_bias:
             out.append(op)
@@ -59,12 +58,12 @@ def _inputs(program: Program) -> dict[str, Value]:
 
 def _output_shift(program: Program, op: Op, mean_x: np.ndarray) -> np.ndarray:
     """``op(E[x], W - W_q)`` averaged over every output axis but the channel's."""
-    w_fq = op.operands[1].producer
+    w_fq = weight_of(op).producer
     q, scale, bits, axis = quantized_weight(program, w_fq)
     error = stored_array(program, w_fq.operands[0]) - np.asarray(dequantize(q, scale, bits=bits, axis=axis))
     attrs = {k: v for k, v in op.attrs.items() if k not in ("act", "act_alpha")}
     y = np.asarray(registry.get(op.type)(mean_x[None].astype(np.float32), error.astype(np.float32), **attrs))
-    keep = y.ndim - 1 if op.type == "linear" else channel_axis(op.attrs["data_format"], y.ndim)
+    keep = channel_axis(op.attrs["data_format"], y.ndim) if op.has_trait("layout_sensitive") else y.ndim - 1
     return y.mean(axis=tuple(d for d in range(y.ndim) if d != keep))
 
 
@@ -80,18 +79,19 @@ def correct_bias(program: Program, calib_data: Iterable, *, progress: bool = Tru
     for values in probe_batches(program, calib_data, "correct_bias", progress, taps=_inputs):
         for name, op in targets.items():
             x = np.asarray(values[name], np.float64)
-            if op.type == "linear":  # each row of a [..., in] input is a sample: sequence lengths may differ
+            # each row of a linear's [..., in] input is a sample: sequence lengths may differ
+            if not op.has_trait("layout_sensitive"):
                 x = x.reshape(-1, x.shape[-1])
             sums[name] = sums.get(name, 0) + x.sum(axis=0)
             counts[name] = counts.get(name, 0) + len(x)
     rewriter = Rewriter(program)
     shifts = {}
     for name, op in targets.items():
-        weight = param_name(op.operands[1].producer.operands[0])
+        weight = param_name(weight_of(op).producer.operands[0])
         shift = _output_shift(program, op, sums[name] / counts[name]).astype(np.float32)
         shifts[weight] = shift
-        if len(op.operands) > 2:
-            bias = param_name(op.operands[2])
+        if op.input("bias") is not None:
+            bias = param_name(op.input("bias"))
             program.params[bias] = np.asarray(program.params[bias]) + shift
         else:
             bias = rewriter.param(f"{weight}.bias_correction", shift)

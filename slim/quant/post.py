@@ -33,7 +33,8 @@ from paddlejax.io import load
 from paddlejax.ir.core import Op, Program, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes import run as run_passes
-from paddlejax.passes.quant import FAKE_QUANT, QUANTIZABLE, InsertFakeQuant, is_fake_quantized, param_name
+from paddlejax.passes.quant import FAKE_QUANT, QUANTIZABLE, InsertFakeQuant, is_fake_quantized
+from paddlejax.passes.query import param_name
 from paddlejax.slim.quant.aware import convert
 from paddlejax.slim.quant.observers import make_observer
 

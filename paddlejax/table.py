@@ -1,4 +1,4 @@
-"""Plain-text tables for the command line.
+"""Plain-text tables, for reports and the command line.
 
 >>> print(format_table([("name", "ms"), ("conv", "1.50")], right_from=1))
 name    ms

@@ -1,0 +1,52 @@
+"""Questions passes ask of a program's values: who reads this, is it stored, what is it called.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda p, x: pj.ops.relu(x @ p["w"]), jnp.ones((1, 2)), params={"w": jnp.eye(2)})
+>>> w, dot, relu = prog.body.ops[:3]
+>>> param_name(w.result), only_reader(dot.result, relu), stored_array(prog, w.result).shape
+('w', True, (2, 2))
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from paddlejax.ir.core import Op, Program, Value
+
+
+def only_reader(v: Value, op: Op) -> bool:
+    """``op`` reads ``v`` once and nothing else reads it (a program output counts as a reader)."""
+    return len(v.uses) == 1 and v.uses[0][0] is op
+
+
+def stored_array(program: Program, v: Value) -> np.ndarray | None:
+    """The value of a parameter or named constant, or None for anything computed."""
+    op = v.producer
+    if op is not None and op.type == "param":
+        return np.asarray(program.params[op.attrs["name"]])
+    if op is not None and op.type == "constant" and "name" in op.attrs:
+        return np.asarray(program.constants[op.attrs["name"]])
+    return None
+
+
+def param_name(v: Value) -> str | None:
+    """The name of the parameter ``v`` reads, or None when ``v`` is computed."""
+    op = v.producer
+    return op.attrs["name"] if op is not None and op.type == "param" else None
+
+
+def scalar_constant(program: Program, v: Value) -> float | None:
+    """The number ``v`` holds if it is one constant element, looking through ops that keep a
+    scalar's value (reshapes, broadcasts and casts: the ``reshaping`` trait and casts).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: x * 0.5, jnp.ones(3))
+    >>> scalar_constant(prog, prog.body.ops[1].operands[1])
+    0.5
+    """
+    op = v.producer
+    while op is not None and (op.has_trait("reshaping") or op.canonical[0] == "cast") and op.operands:
+        op = op.operands[0].producer
+    if op is None or op.type != "constant":
+        return None
+    value = np.asarray(op.attrs["value"] if "value" in op.attrs else program.constants[op.attrs["name"]])
+    return float(value.reshape(-1)[0]) if value.size == 1 and np.isrealobj(value) else None
