@@ -48,7 +48,7 @@ def difference(stored: dict, current: dict) -> str:
     over the model's variables (``opt/0/mu/* (4)``), and variables whose shapes differ.
 
     >>> difference({"params/w": [2], "opt/0/trace/w": [2]}, {"params/w": [3], "opt/0/mu/w": [3]})
-    'only in the checkpoint: opt/0/trace/w; only in this run: opt/0/mu/w; other shapes: w (2,) -> (3,)'
+    'only in the checkpoint: opt/0/trace/*; only in this run: opt/0/mu/*; other shapes: w (2,) -> (3,)'
     """
     variables = {n.split("/", 1)[1] for n in (*stored, *current) if n.startswith(("params/", "extra/"))}
 

@@ -184,10 +184,10 @@ class Trainer:
         self.step_builder.prepare(self.train_program)
         # state added by the passes (not a model variable) is carried like batch-norm statistics
         values = {**self.train_program.params, **self.model_state.values}
-        params = {n: values[n] for n in sorted(self.model_state.trainable)}
-        params, opt, merge = self.step_builder.init(params, values, self.tx)
-        self.state = TrainState.create(params, {n: v for n, v in values.items() if n not in params}, opt, merge,
-                                       ema=bool(self.ema_decay),
+        trainable = sorted(self.model_state.trainable)
+        params, opt, merge = self.step_builder.init({n: values[n] for n in trainable}, values, self.tx)
+        extra = {n: v for n, v in values.items() if n not in trainable}
+        self.state = TrainState.create(params, extra, opt, merge, ema=bool(self.ema_decay),
                                        loss_scale=LossScale.dynamic() if self.amp == "float16" else None)
         recompute = self.strategy is not None and self.strategy.recompute
         objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics), recompute)

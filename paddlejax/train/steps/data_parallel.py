@@ -10,12 +10,12 @@ and prediction split their batches over the devices too (a last batch they do no
 whole); in a run of several processes each passes its own rows, ``evaluate`` gives the metrics
 of all of them and ``predict`` the outputs of this process's rows.
 
->>> import jax.numpy as jnp, optax
+>>> import jax, jax.numpy as jnp, optax
 >>> from paddlejax.distributed import Strategy
 >>> builder = DataParallelStep(Strategy(sharding={"stage": 1}))
 >>> params, opt, merge = builder.init({"w": jnp.ones(16)}, {"w": jnp.ones(16)}, optax.adam(0.1))
->>> opt[0].mu.shape, opt[0].mu.sharding.spec  # ZeRO-1: the moments as one flat vector, split over 8 devices
-((16,), PartitionSpec('dp',))
+>>> opt[0].mu.shape, opt[0].mu.sharding.spec == jax.sharding.PartitionSpec("dp")  # ZeRO-1: split over 8 devices
+((16,), True)
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class PipelineParallelStep(StepBuilder):
             raise ValueError(f"Trainer: strategy.sharding.stage={strategy.sharding.stage} (ZeRO) cannot be combined "
                              "with pipeline parallelism (pp_degree / pipeline.stages > 1); stage 1 can (the "
                              "optimizer state sharded over every device)")
-        self.strategy, self.num_stages, self.optimizer = strategy, strategy.pp_size, optimizer
+        self.strategy, self.num_stages, self.user_optimizer = strategy, strategy.pp_size, optimizer
         self.micro_batches = strategy.pipeline.micro_batches
         self.mesh = make_mesh(strategy)
         self.stages = None
@@ -71,7 +71,7 @@ class PipelineParallelStep(StepBuilder):
             from paddlejax.distributed.zero import FlatLayout
 
             self.zero = FlatLayout(packed, self.mesh.size)
-        if self.optimizer is not None:
+        if self.user_optimizer is not None:
             self._check_optimizer(params, values)
         if self.zero is None:
             opt = tx.init(packed)
@@ -86,7 +86,7 @@ class PipelineParallelStep(StepBuilder):
         """Raise ``ValueError`` unless the user's optimizer updates the packed parameters (under
         ZeRO-1 their flat vector) as it updates them by name: probed once, with gradients large
         enough for any clip to act."""
-        tx, rng = self.optimizer, np.random.default_rng(0)
+        tx, rng = self.user_optimizer, np.random.default_rng(0)
         grads = {n: jnp.asarray(rng.normal(size=np.shape(p)) * 1e6, jnp.result_type(p)) for n, p in params.items()}
         want = tx.update(grads, tx.init(params), params)[0]
         packed = [self.layout.pack({**jax.tree.map(jnp.zeros_like, values), **tree}) for tree in (values, grads)]
@@ -183,16 +183,6 @@ class PipelineParallelStep(StepBuilder):
                                 mesh=self.mesh, has_aux=True)
         loss, grads, _ = runner.run_packed(self.layout, self.layout.place(packed, extra), tuple(inputs), labels)
         return loss, jax.tree.map(lambda g, trained: jnp.where(trained, g, 0), grads, self.trained)
-
-
-class Trainer:
-    """Train, evaluate and run an NNX model (a ``paddlejax.nn`` layer or any ``nnx.Module``).
-
-    Args:
-        model: the model; its variables are updated in place at the end of ``fit``.
-        optimizer: an optax transformation (``optax.inject_hyperparams(optax.sgd)(learning_rate=
-            schedule)`` also logs the learning rate).
-        loss: ``"cross_entropy"``, ``"mse"`` or ``fn(outputs, labels) -> scalar``.
 
     def update(self, objective: Objective, tx: optax.GradientTransformation, state: TrainState, inputs,
                labels) -> Update:
