@@ -56,7 +56,7 @@ _HEADS_SEQ = (0, 2, 1, 3)  # [batch, heads, seq, dim] <-> [batch, seq, heads, di
 _MASKED_BELOW = -1e4  # a logit this low has softmax weight exp(-1e4) = 0 in every float type
 
 
-def _kind(op: Op | None) -> str | None:
+def canonical_type(op: Op | None) -> str | None:
     """The op's type in the registry's vocabulary (``lax.mul`` is ``elementwise_mul``), None
     for a block argument or an op with a fused activation."""
     return op.canonical[0] if op is not None and op.attrs.get("act") is None else None
@@ -74,7 +74,7 @@ def _scaled(program, v: Value, reader: Op) -> tuple[Value, float, Op | None]:
     """``(x, c, op)`` when ``v = op(x, c)`` is ``x * c`` (or ``c * x``, ``x / c``) for a constant
     ``c`` and ``reader`` alone reads ``v``; ``(v, 1.0, None)`` otherwise."""
     op = v.producer
-    kind = _kind(op)
+    kind = canonical_type(op)
     if not only_reader(v, reader) or kind not in ("elementwise_mul", "elementwise_div"):
         return v, 1.0, None
     for i in ((0, 1) if kind == "elementwise_mul" else (0,)):
@@ -145,10 +145,10 @@ class _FuseAttention(RewritePattern):
         op = logits.producer
         if not only_reader(logits, reader):
             return None, None
-        if _kind(op) == "elementwise_add":
+        if canonical_type(op) == "elementwise_add":
             for i in (0, 1):
                 x, mask = op.operands[i], op.operands[1 - i]
-                if x.type == logits.type and (_kind(x.producer) in ("elementwise_mul", "elementwise_div")
+                if x.type == logits.type and (canonical_type(x.producer) in ("elementwise_mul", "elementwise_div")
                                               or _matmul(x.producer) is not None) \
                         and mask.type.dtype == logits.type.dtype and 1 <= len(mask.type.shape) <= 4:
                     chain.append(op)

@@ -47,6 +47,20 @@ def test_runtime_does_not_import_models_slim_hub_or_the_cli():
     assert {k: v for k, v in bad.items() if v} == {}
 
 
+def test_the_ir_imports_neither_lowering_nor_execution_when_loaded():
+    # Program is data: running it belongs to paddlejax.execution, which ``prog(x)`` reaches only
+    # when called (a function-level import), never when the IR is imported.
+    lowering = ("paddlejax.lowering", "paddlejax.execution", "paddlejax.passes", "paddlejax.capture")
+    bad = {}
+    for f in files("paddlejax/ir"):
+        top = [n for n in ast.parse(f.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names} | {
+            n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}
+        if any(n.startswith(lowering) for n in names):
+            bad[str(f.relative_to(ROOT))] = sorted(n for n in names if n.startswith(lowering))
+    assert bad == {}
+
+
 def test_passes_import_only_the_kernel():
     allowed = ("paddlejax.ir", "paddlejax.ops", "paddlejax.lowering", "paddlejax.capture", "paddlejax.analysis",
                "paddlejax.passes", "paddlejax.table")

@@ -71,19 +71,27 @@ def _concatenate(attrs, types):
 
 
 def _dot_general(attrs, types):
-    """A plain matrix product: ``x[..., k] @ y[k, n]``, or a batched one over equal leading axes."""
+    """A plain matrix product: ``x[..., k] @ y[k, n]`` (or ``y[n, k]`` transposed), or a batched
+    one over equal leading axes."""
     if len(types) != 2 or attrs.get("precision") is not None or not _inexact(types):
         return None
     preferred = attrs.get("preferred_element_type")
     if preferred is not None and np.dtype(preferred).name != types[0].dtype:
         return None
     x, y = (len(t.shape) for t in types)
-    (contract_x, contract_y), (batch_x, batch_y) = attrs["dimension_numbers"]
-    plain = y == 2 and x >= 1 and tuple(contract_x) == (x - 1,) and tuple(contract_y) == (0,) and not batch_x
-    batched = (x == y >= 3 and tuple(contract_x) == (x - 1,) and tuple(contract_y) == (y - 2,)
-               and tuple(batch_x) == tuple(batch_y) == tuple(range(x - 2))
-               and types[0].shape[:-2] == types[1].shape[:-2])
-    return ("matmul", {"transpose_x": False, "transpose_y": False}) if plain or batched else None
+    (contract_x, contract_y), (batch_x, batch_y) = (tuple(map(tuple, d)) for d in attrs["dimension_numbers"])
+    if contract_x != (x - 1,) or len(contract_y) != 1:
+        return None
+    if y == 2 and x >= 1 and not batch_x and not batch_y:
+        transpose_y = contract_y == (1,)
+    elif (x == y >= 3 and batch_x == batch_y == tuple(range(x - 2))
+          and types[0].shape[:-2] == types[1].shape[:-2]):
+        transpose_y = contract_y == (y - 1,)
+    else:
+        return None
+    if not transpose_y and contract_y != (y - 2,):
+        return None
+    return "matmul", {"transpose_x": False, "transpose_y": transpose_y}
 
 
 # -- identities -----------------------------------------------------------------------------------
@@ -110,12 +118,12 @@ _LINEAR = ()  # a linear op's gradient reads none of its activations
 _GRAY_UNARY = ("abs", "neg", "sign", "floor", "ceil", "round", "is_finite", "not", "clz", "population_count",
                "real", "imag", "conj", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
                "acosh", "atanh", "tanh", "logistic", "erf", "erfc", "cbrt", "lgamma", "digamma", "bessel_i0e",
-               "bessel_i1e", "copy", "copy_p", "optimization_barrier_identity")
-_BLACK_UNARY = ("exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt", "square", "integer_pow", "erf_inv",
+               "bessel_i1e", "copy")
+_BLACK_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "square", "integer_pow", "erf_inv",
                 "reduce_precision")
 _COMMUTATIVE = ("add", "add_any", "mul", "max", "min", "and", "or", "xor", "eq", "ne", "mulhi")
 _BINARY = ("sub", "rem", "atan2", "nextafter", "lt", "le", "gt", "ge", "shift_left", "shift_right_arithmetic",
-           "shift_right_logical", "complex", "igamma", "igammac", "igamma_grad_a", "random_gamma_grad",
+           "shift_right_logical", "complex", "igamma", "igammac", "igamma_grad_a",
            "polygamma", "zeta")
 _BLACK_BINARY = ("div", "pow")
 _REDUCTIONS = ("reduce_max", "reduce_min", "reduce_and", "reduce_or", "reduce_xor", "argmax", "argmin",
@@ -137,7 +145,7 @@ _RANDOM = ("rng_bit_generator", "threefry2x32", "random_bits", "random_seed", "r
 # What each differentiable op's backward pass reads (checked against ``jax.vjp``).
 _SAVED = {
     **dict.fromkeys(("add", "add_any", "sub", "neg", "broadcast_in_dim", "reshape", "transpose", "reduce_sum",
-                     "concatenate", "squeeze", "slice", "pad", "convert_element_type", "copy", "copy_p"), _LINEAR),
+                     "concatenate", "squeeze", "slice", "pad", "convert_element_type", "copy"), _LINEAR),
     **dict.fromkeys(("mul", "dot_general", "log"), ("operands",)),
     "div": ("operands", "new"),
     "exp": ("result",),
@@ -169,7 +177,7 @@ def _declare() -> dict[str, Traits]:
     add(_BLACK_BINARY, **_POINTWISE, amp="black")
     add(("select_n", "clamp", "regularized_incomplete_beta"), **_POINTWISE)
     add(("convert_element_type", "bitcast_convert_type"), **_POINTWISE, amp="cast")
-    add(("convert_element_type", "copy", "copy_p", "reduce_precision"), identity_if=always)
+    add(("convert_element_type", "copy"), identity_if=always)
     add(("add", "add_any", "sub"), unit=0.0)
     add(("mul", "div"), unit=1.0)
     add(_REDUCTIONS, reduction=True)
