@@ -383,14 +383,14 @@ class _Parser:
             results = self.result_names()
         op_pos = self.pos
         if self.keyword("return"):
-            operands = self.operand_list()
+            operands = self.optional_list(_VALUE, self.use)
             op = Op("return", operands, [], self.attrs())
             if results:
                 raise self.error("return has no results", start)
             return op
         kind, operands, attrs = self.op_head(op_pos)
         self.expect(":", "':' and the result types")
-        types = self.result_types()
+        types = self.optional_list(_DTYPE, self.type)
         blocks = []
         if self.accept("("):
             loc = self.loc()
@@ -416,21 +416,14 @@ class _Parser:
                 return names
             self.expect(",", "',' or '='")
 
-    def operand_list(self) -> list[Value]:
-        if not self.peek(_VALUE):
+    def optional_list(self, first: re.Pattern, item) -> list:
+        """``[item {',' item}]``: the items, if the next token matches ``first``."""
+        if not self.peek(first):
             return []
-        operands = [self.use()]
+        items = [item()]
         while self.accept(","):
-            operands.append(self.use())
-        return operands
-
-    def result_types(self) -> list[TensorType]:
-        if not self.peek(_DTYPE):
-            return []
-        types = [self.type()]
-        while self.accept(","):
-            types.append(self.type())
-        return types
+            items.append(item())
+        return items
 
     def op_head(self, pos: int):
         """Kind, operands and attributes of an op, from its name to its ':'."""
