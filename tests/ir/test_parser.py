@@ -183,6 +183,13 @@ PROGRAMS = {
     "constants": lambda: pj.trace(_constants, jnp.ones((2, 3))),
     "complex": lambda: pj.trace(_complex, jnp.ones(4)),
     "custom_jvp": lambda: pj.trace(lambda x: _safe_norm(x) * 2.0, pj.InputSpec((None, 3))),
+    "reduce_with_a_computation": lambda: pj.trace(
+        lambda x: jax.lax.reduce(x, 0.0, lambda a, b: a * b + 1.0, (0,)), jnp.ones(3)),
+    "linear_solve": lambda: pj.trace(lambda b: jax.scipy.sparse.linalg.cg(lambda v: 2.0 * v, b)[0], jnp.ones(3)),
+    "checkpoint": lambda: pj.trace(lambda x: jax.checkpoint(lambda v: jnp.sin(jnp.sin(v)))(x), jnp.ones(3)),
+    "prng": lambda: pj.trace(lambda x: x + jax.random.normal(jax.random.key(0), (3,)), jnp.ones(3)),
+    "vmapped_while": lambda: pj.trace(jax.vmap(lambda v: jax.lax.while_loop(lambda c: c < 10.0, lambda c: c * 2.0, v)),
+                                      jnp.ones(3)),
     "int8": lambda: _quantized(8),
     "int4": lambda: _quantized(4),
     "fp8": _fp8,
