@@ -190,8 +190,9 @@ class Trainer:
         self.state = TrainState.create(params, extra, opt, merge, ema=bool(self.ema_decay),
                                        loss_scale=LossScale.dynamic() if self.amp == "float16" else None)
         recompute = self.strategy is not None and self.strategy.recompute
-        objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics), recompute)
-        self._train_step = self.step_builder.train_step(objective, self.tx, self.ema_decay, donate=not self.check)
+        self._objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics), recompute)
+        self._train_step = self.step_builder.train_step(self._objective, self.tx, self.ema_decay,
+                                                        donate=not self.check)
         self._eval_step = jax.jit(self._evaluate_batch)
         self._predict_step = jax.jit(lambda s, inputs: self.eval_program.apply(self._weights(s), *inputs))
 
@@ -284,9 +285,8 @@ class Trainer:
         inputs, labels = self.step_builder.place(inputs, labels)
         state, sums, loss, finite = self._train_step(self.state, sums, inputs, labels)
         if self.check and not bool(finite):
-            objective = Objective(self.train_program, self.loss_fn)
-            objective.explain_nonfinite(self.step_builder.params(before.params), before.extra, inputs, labels,
-                                        int(before.step))
+            params = self.step_builder.params(before.params)
+            self._objective.explain_nonfinite(params, before.extra, inputs, labels, int(before.step))
         return state, sums, loss, finite
 
     def fit(self, train, eval=None, epochs: int = 1, batch_size: int = 32, shuffle: bool = True,
