@@ -45,7 +45,7 @@ def _stem(path: str) -> str:
 
 def _params_path(args) -> str | None:
     """The parameter file of a text program: --params, else the one beside it, if any."""
-    if args.params is not None or args.path == "-":
+    if args.params is not None or not _is_text(args.path) or args.path == "-":
         return args.params
     beside = _stem(args.path) + ".safetensors"
     return beside if os.path.isfile(beside) else None
@@ -79,6 +79,9 @@ def _load(args, params: str | None):
 
 def _check_outputs(args, params: str | None) -> None:
     """Refuse outputs that are directories or would overwrite an input, before any work."""
+    if params is not None and not _is_text(args.path):
+        raise ValueError(f"--params is for a program's text ({TEXT_SUFFIX} or -); {args.path} is a saved program "
+                         "with its own tensors")
     inputs = [f for f in (args.path, params) if f not in (None, "-")]
     if args.emit == "json":
         if args.output is None:

@@ -195,7 +195,7 @@ class _Parser:
         if m and re.match(r"\s*[,\]]", self.text[m.end():m.end() + 64]):
             self.pos = m.end()
             return self.number(m, int)
-        start = self.pos
+        start = self.next_token()
         self.expression(0)
         return self.symbolic(start).expr
 
@@ -233,8 +233,8 @@ class _Parser:
             self.separated(lambda: self.expression(depth + 1), ")")
 
     def symbolic(self, start: int) -> attrs_lib.SymDim:
-        self.skip()
-        text = self.text[start:self.pos].strip()
+        """The dimension expression just read, from ``start`` (its first token) on."""
+        text = self.text[start:self.pos]
         try:
             attrs_lib.dim_symbols(text)
         except attrs_lib.AttrError as e:
@@ -245,7 +245,10 @@ class _Parser:
         text = m.group()
         if len(text) > MAX_NUMBER_CHARS:
             raise self.error(f"number of {len(text)} characters (at most {MAX_NUMBER_CHARS})", m.start())
-        return kind(text)
+        try:
+            return kind(text)
+        except ValueError:
+            raise self.error(f"bad number {text!r}", m.start()) from None
 
     # -- attribute values ------------------------------------------------------------------
     def attrs(self) -> dict:
@@ -275,7 +278,7 @@ class _Parser:
             return self.tuple(depth)
         if self.accept("["):
             return self.separated(lambda: self.value(depth + 1), "]")
-        start = self.pos
+        start = self.next_token()
         if m := self.accept(_FLOAT):
             return self.number(m, float)
         if m := self.accept(_INT):
@@ -557,7 +560,7 @@ def _canonical_attrs(program: Program) -> None:
             continue
         try:
             checked = opdef.check_attrs(attrs_lib.kernel_attrs(op.attrs))
-        except ValueError:
+        except Exception:  # the verifier names the op and attribute
             continue
         op.attrs = {**checked, **{k: v for k, v in op.attrs.items() if k in attrs_lib.ANNOTATIONS}}
 

@@ -85,3 +85,17 @@ def test_malformed_text_is_one_line_naming_file_line_and_column(tmp_path, capsys
     assert main(["opt", str(bad), "--passes", "dce", "--emit", "text"]) == 2
     assert one_line_error(capsys) == (f"paddlejax opt: error: {bad}: line 2, column 17: expected ':' and the "
                                       "result types, found 'f32[2]'")
+
+
+def test_params_are_for_text_programs_only(saved, tmp_path, capsys):
+    _, path = saved
+    assert main(["opt", str(path), "--params", str(tmp_path / "m.safetensors"), "--passes", "dce", "-o",
+                 str(tmp_path / "o")]) == 2
+    assert one_line_error(capsys) == (f"paddlejax opt: error: --params is for a program's text (.pdir or -); {path} "
+                                      "is a saved program with its own tensors")
+
+
+def test_a_saved_program_prints_as_text(saved, capsys):
+    prog, path = saved
+    assert main(["opt", str(path), "--passes", "dce", "--emit", "text"]) == 0
+    assert capsys.readouterr().out == str(prog) + "\n"

@@ -5,6 +5,7 @@ malformed text is refused with one ParseError naming the line, column and what w
 from __future__ import annotations
 
 import math
+import random
 import re
 import sys
 from pathlib import Path
@@ -402,3 +403,18 @@ def test_malformed_text_is_one_parse_error_with_line_and_column(text, message):
 def test_well_formed_but_wrong_programs_are_named_by_the_verifier(body, message):
     with pytest.raises(VerificationError, match=re.escape(message)):
         pj.parse(H + body + "\n}")
+
+
+def test_mutated_text_is_refused_with_a_parse_or_verification_error_or_parses():
+    texts = [str(PROGRAMS[name]()) for name in ("lax_mix", "symbolic", "custom_vjp", "indexing", "int4")]
+    draw = random.Random(0)
+    pieces = ["(", ")", "%0", "f32[", "{", "}", "-", "1e999", "nan", "Precision.HIGHEST", "int32", "b*b", '"', "(1,)",
+              "# x\n", "@", "1j", "(1e+-j)"]
+    for _ in range(300):
+        text = draw.choice(texts)
+        i = draw.randrange(len(text))
+        text = text[:i] + draw.choice(pieces) + text[i + draw.randrange(0, 8):]
+        try:
+            pj.parse(text)
+        except (pj.ParseError, VerificationError):
+            pass
