@@ -35,7 +35,7 @@ from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops.fp8 import quantize_fp8
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.options import op_types
-from paddlejax.passes.query import param_name, stored_array
+from paddlejax.passes.query import param_name, stored_array, weight_of
 
 CONVERTIBLE = ("linear", "matmul")
 MIN_COMPUTE_CAPABILITY = (8, 9)
@@ -67,7 +67,7 @@ def fp8_device_problem(device=None) -> str | None:
 
 def _weight(op: Op) -> str | None:
     """The parameter name of ``op``'s float weight if ``op`` can become ``fp8_linear``."""
-    x, w = op.operands[:2]
+    x, w = op.input("x"), weight_of(op)
     name = param_name(w)
     if name is None or len(w.type.shape) != 2 or not all(jnp.issubdtype(v.type.dtype, jnp.floating)
                                                          for v in (x, w)):
@@ -113,7 +113,7 @@ class ConvertFp8(Pass):
             if weight is None or skip is not None and skip.search(weight):
                 continue
             if weight not in stored:
-                stored[weight] = self._store(rewriter, weight, stored_array(program, op.operands[1]))
+                stored[weight] = self._store(rewriter, weight, stored_array(program, weight_of(op)))
             attrs = {k: op.attrs[k] for k in ("act", "act_alpha") if k in op.attrs}
             new = Op("fp8_linear", [op.operands[0], *stored[weight], *op.operands[2:]], [op.result.type], attrs,
                      loc=op.loc)

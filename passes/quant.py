@@ -46,16 +46,11 @@ from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.ops import registry
 from paddlejax.passes.fusion import weighted
 from paddlejax.passes.options import op_types
-from paddlejax.passes.query import param_name, stored_array
+from paddlejax.passes.query import param_name, stored_array, weight_of
 
 # The ops whose traits name a quantizable weight: conv2d, depthwise_conv2d, linear, matmul.
 QUANTIZABLE = tuple(name for name, opdef in registry.all_ops().items() if opdef.traits.weight is not None)
 SCALE_SUFFIX = {"weight": "quant_scale", "input": "input_scale", "x": "x_scale", "y": "y_scale"}
-
-
-def weight_of(op: Op) -> Value:
-    """The weight operand of a quantizable op (the input its traits name)."""
-    return op.input(op.traits.weight)
 
 
 def weight_axis(op: Op) -> int | None:
@@ -108,9 +103,9 @@ class InsertFakeQuant(Pass):
         unnamed = 0
         shared: dict[tuple, Value] = {}  # (activation, block) -> its fake-quantized value
         for op in [op for op in program.walk() if op.type in types]:
-            if any(is_fake_quantized(v) for v in op.operands[:2]):
+            if any(is_fake_quantized(v) for v in (op.input("x"), weight_of(op))):
                 continue
-            weight = param_name(op.operands[1])
+            weight = param_name(weight_of(op))
             if weight is None and op.type != "matmul":
                 continue  # a conv or linear over a computed weight: nothing to store as int8
             name = weight or f"{op.type}_{unnamed}"
@@ -233,7 +228,7 @@ class QuantAware(InsertFakeQuant):
 def _known_weight_scale(program: Program, fq: Op) -> np.ndarray | None:
     """The scale of a fake-quantized parameter: stored (PTQ), or the ``abs_max`` of the
     parameter computed in the program (QAT); None for anything else."""
-    scale = fq.operands[1]
+    scale = fq.input("scale")
     stored = stored_array(program, scale)
     if stored is None and scale.producer is not None and scale.producer.type == "abs_max" \
             and scale.producer.operands[0] is fq.operands[0]:
@@ -285,7 +280,7 @@ class ConvertInt8(Pass):
         stats = {"int8": 0, "weight_only": 0, "asym_float": 0}
         quantized: dict[Op, Value] = {}  # fake_quantize op -> the int8 value, shared by its readers
         for op in [op for op in program.walk() if op.type in QUANTIZABLE]:
-            x, w = op.operands[:2]
+            x, w = op.input("x"), weight_of(op)
             y_fq = w.producer if is_fake_quantized(w) else None
             w_fq = y_fq if y_fq is not None and is_stored_weight(program, y_fq) else None
             x_fq = x.producer if is_fake_quantized(x) and x.producer.attrs["bits"] == 8 else None
@@ -309,11 +304,11 @@ class ConvertInt8(Pass):
             name = param_name(w_fq.operands[0])
             q, scale, _, _ = quantized_weight(rewriter.program, w_fq)
             w_q = rewriter.param(f"{name}.int8", q)
-            w_scale = w_fq.operands[1]
+            w_scale = w_fq.input("scale")
             if param_name(w_scale) is None:  # computed by QAT's abs_max: store it
                 w_scale = rewriter.param(f"{name}.{SCALE_SUFFIX['weight']}", scale)
         else:  # a matmul of two activations
-            w_q, w_scale = self._quantize(rewriter, w_fq, quantized), w_fq.operands[1]
+            w_q, w_scale = self._quantize(rewriter, w_fq, quantized), w_fq.input("scale")
         x_scale, rest = x_fq.operands[1], op.operands[2:]
         conv = op.has_trait("layout_sensitive")
         attrs = _conv_attrs(op) if conv else dict(op.attrs)
@@ -357,7 +352,7 @@ class ConvertInt8(Pass):
         ``attrs`` then say no padding."""
         shape, fmt = x_q.type.shape, attrs["data_format"]
         spatial = [i for i in range(4) if i not in (0, channel_axis(fmt, 4))]
-        pads, dilation = paddle_padding(attrs["padding"], [shape[i] for i in spatial], op.operands[1].type.shape[2:],
+        pads, dilation = paddle_padding(attrs["padding"], [shape[i] for i in spatial], weight_of(op).type.shape[2:],
                                         attrs["stride"], attrs["dilation"])
         attrs.update(padding=((0, 0), (0, 0)), dilation=tuple(dilation))
         if not any(p for pair in pads for p in pair):
@@ -387,8 +382,8 @@ class ConvertInt8(Pass):
             quantized[x_fq, "scale"] = rewriter.param(f"{base}_scale", qmax(8) * step)
         sums = w_q.astype(np.int64).sum(axis=0 if op.type == "linear" else (1, 2, 3))
         shift = (step * w_scale / qmax(8) * (zero_point - 2 ** (x_fq.attrs["bits"] - 1)) * sums).astype(np.float32)
-        bias = stored_array(program, op.operands[2]) if len(op.operands) > 2 else np.zeros_like(shift)
-        name = param_name(op.operands[1].producer.operands[0])
+        bias = stored_array(program, op.input("bias")) if op.input("bias") is not None else np.zeros_like(shift)
+        name = param_name(weight_of(op).producer.input("x"))
         zero = int(zero_point) - 2 ** (x_fq.attrs["bits"] - 1)
         return quantized[x_fq, "scale"], [rewriter.param(f"{name}.zero_point_bias", bias - shift)], zero
 
@@ -400,7 +395,7 @@ class ConvertInt8(Pass):
         out_axis = weight_axis(op) if op.type != "matmul" else len(weight_of(op).type.shape) - 1
         if w_fq.attrs["axis"] not in (None, out_axis) \
                 or op.type == "matmul" and (op.attrs.get("transpose_x") or op.attrs.get("transpose_y")
-                                            or len(op.operands[1].type.shape) != 2):
+                                            or len(weight_of(op).type.shape) != 2):
             return False
         q, scale, bits, axis = quantized_weight(rewriter.program, w_fq)
         name = param_name(w_fq.operands[0])

@@ -34,6 +34,12 @@ def param_name(v: Value) -> str | None:
     return op.attrs["name"] if op is not None and op.type == "param" else None
 
 
+def weight_of(op: Op) -> Value:
+    """The weight operand of a quantizable op: the input its traits name (``linear``'s
+    ``weight``, ``matmul``'s ``y``)."""
+    return op.input(op.traits.weight)
+
+
 def scalar_constant(program: Program, v: Value) -> float | None:
     """The number ``v`` holds if it is one constant element, looking through ops that keep a
     scalar's value (reshapes, broadcasts and casts: the ``reshaping`` trait and casts).

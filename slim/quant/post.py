@@ -34,7 +34,7 @@ from paddlejax.ir.core import Op, Program, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes import run as run_passes
 from paddlejax.passes.quant import FAKE_QUANT, QUANTIZABLE, InsertFakeQuant, is_fake_quantized
-from paddlejax.passes.query import param_name
+from paddlejax.passes.query import param_name, weight_of
 from paddlejax.slim.quant.aware import convert
 from paddlejax.slim.quant.observers import make_observer
 
@@ -185,9 +185,9 @@ def _warn_float_layers(program: Program) -> None:
     value, and why: conversion found no int8 kernel for them, so they compute in float."""
     reasons: dict[str, list[str]] = {}
     for op in program.walk():
-        if op.type not in QUANTIZABLE or not any(is_fake_quantized(v) for v in op.operands[:2]):
+        if op.type not in QUANTIZABLE or not any(is_fake_quantized(v) for v in (op.input("x"), weight_of(op))):
             continue
-        x, w = op.operands[:2]
+        x, w = op.input("x"), weight_of(op)
         name = param_name(w.producer.operands[0] if is_fake_quantized(w) else w) or f"{op.type} at {op.loc}"
         if is_fake_quantized(x) and x.producer.type == "fake_quantize_asym":
             why = ("an asymmetric activation folds its zero point only into a linear or a convolution with a "
