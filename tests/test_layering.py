@@ -7,8 +7,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL = ["paddlejax/ops", "paddlejax/ir", "paddlejax/capture.py", "paddlejax/lowering.py",
           "paddlejax/io.py", "paddlejax/stablehlo.py", "paddlejax/adapter.py", "paddlejax/analysis.py",
-          "paddlejax/nancheck.py", "paddlejax/autodiff.py", "paddlejax/execution.py", "paddlejax/table.py"]
-RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/static.py"]
+          "paddlejax/nancheck.py", "paddlejax/autodiff.py", "paddlejax/execution.py", "paddlejax/table.py",
+          "paddlejax/files.py"]
+RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/static.py", "paddlejax/distributed",
+           "paddlejax/inference.py", "paddlejax/hapi.py", "paddlejax/optimizer"]
+# The package face (lazy sub-packages, optional extras) and the command line, on top of all.
+TOP = ["paddlejax/__init__.py", "paddlejax/_extras.py", "paddlejax/cli"]
 
 
 def imports(path: pathlib.Path) -> set[str]:
@@ -25,6 +29,20 @@ def files(*parts):
     for part in parts:
         p = ROOT / part
         yield from (p.rglob("*.py") if p.is_dir() else [p])
+
+
+def test_every_module_of_the_package_has_its_layer():
+    placed = {ROOT / p for p in KERNEL + RUNTIME + TOP}
+    unplaced = sorted(p.name for p in (ROOT / "paddlejax").iterdir()
+                      if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())) and p not in placed)
+    assert unplaced == [], "add these to a layer here and in CONTRIBUTING.md"
+
+
+def test_contributing_names_every_layer_folder():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    for folder in ("paddlejax/ops", "paddlejax/ir", "passes/", "models/", "slim/", "hub/", "paddlejax/cli/",
+                   "paddlejax/nn", "paddlejax/train", "paddlejax/distributed", "paddlejax/adapter.py"):
+        assert f"`{folder}" in text, folder
 
 
 def test_only_the_adapter_touches_jax_internals():
