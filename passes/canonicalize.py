@@ -19,15 +19,30 @@ from __future__ import annotations
 
 import dataclasses
 
-from paddlejax.ir.core import Op, Program, walk_blocks
+from paddlejax.ir.core import Op
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops import registry
-from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
+from paddlejax.passes.base import register_pass
+from paddlejax.passes.rewrite import PatternPass, RewritePattern
+
+
+class _Twin(RewritePattern):
+    """A generic op with a registry twin becomes that twin, on the same operands."""
+
+    label = "canonicalized"
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        kind, attrs = op.canonical
+        if kind == op.type:
+            return False
+        twin = Op(kind, op.operands, [r.type for r in op.results], registry.get(kind).check_attrs(attrs), loc=op.loc)
+        rewriter.replace_op(op, rewriter.insert_before(op, twin).results)
+        return True
 
 
 @register_pass
 @dataclasses.dataclass(frozen=True)
-class Canonicalize(Pass):
+class Canonicalize(PatternPass):
     """Rewrite generic ops into their registry twins (see the module doc). Exact.
 
     Statistics: ``canonicalized`` ops.
@@ -35,17 +50,5 @@ class Canonicalize(Pass):
 
     name = "canonicalize"
 
-    def apply(self, program: Program, ctx: PassContext) -> PassResult:
-        rewriter = Rewriter(program)
-        count = 0
-        for block in list(walk_blocks(program.body)):
-            for op in list(block.ops):
-                kind, attrs = op.canonical
-                if kind == op.type:
-                    continue
-                full = registry.get(kind).check_attrs(attrs)
-                twin = rewriter.insert_before(op, Op(kind, op.operands, [r.type for r in op.results], full,
-                                                     loc=op.loc))
-                rewriter.replace_op(op, twin.results)
-                count += 1
-        return PassResult(count > 0, {"canonicalized": count})
+    def patterns(self) -> list[RewritePattern]:
+        return [_Twin()]
