@@ -1,7 +1,7 @@
-"""PassManager: run a pipeline of passes, verifying and timing each one.
+"""PassManager: run a pass pipeline (an ordered list of passes), verifying and timing each one.
 
 Pipelines are written as ``"dce,cse,fold_constants{max_elements=64}"``: pass names
-separated by commas, options in braces. A named pipeline (:func:`register_pipeline`; e.g.
+separated by commas, options in braces. A named pass pipeline (:func:`register_pipeline`; e.g.
 ``"inference"``) stands for its passes and may be mixed with others: ``"inference,amp"``.
 
 >>> import jax.numpy as jnp, paddlejax as pj
@@ -31,7 +31,7 @@ class PassError(RuntimeError):
 
 
 class UnknownPassError(KeyError):
-    """A pipeline names no registered pass; prints its message as is (a KeyError's str() is
+    """A pass pipeline names no registered pass; prints its message as is (a KeyError's str() is
     the repr of its message, quotes included).
 
     >>> str(UnknownPassError("unknown pass 'dcee'; did you mean dce?"))
@@ -55,7 +55,7 @@ def _split_top(text: str, sep: str) -> list[str]:
         else:
             cur.append(ch)
     if depth != 0:
-        raise ValueError(f"unbalanced braces in pipeline {text!r}")
+        raise ValueError(f"unbalanced braces in pass pipeline {text!r}")
     parts.append("".join(cur))
     return [p.strip() for p in parts if p.strip()]
 
@@ -80,7 +80,7 @@ def _convert(cls: type[Pass], key: str, raw: str):
         raise ValueError(f"pass '{cls.name}': option '{key}' expects {kind.__name__}, got {raw!r}") from None
 
 
-# Passes the inference pipeline runs, in order, when they are registered (see inference_pipeline).
+# Passes the inference pass pipeline runs, in order, when they are registered (see inference_pipeline).
 INFERENCE_PIPELINE = ["canonicalize", "eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
                       "fuse_elementwise_act", "fuse_attention", "eliminate_transposes", "cse", "dce", "autotune",
                       "inplace"]
@@ -89,19 +89,19 @@ _PIPELINES: dict[str, Callable[[], str]] = {}
 
 
 def register_pipeline(name: str, pipeline: str | Callable[[], str]) -> None:
-    """Let ``name`` stand for ``pipeline`` (a pipeline string, or a function giving one when parsed).
+    """Let ``name`` stand for ``pipeline`` (a pass pipeline string, or a function giving one when parsed).
 
     >>> register_pipeline("tidy_example", "eliminate_identity,dce")
     >>> [str(p) for p in parse_pipeline("tidy_example,cse")]
     ['eliminate_identity', 'dce', 'cse']
     """
     if name in registered_passes():
-        raise ValueError(f"'{name}' is already the name of a pass; a pipeline cannot share it")
+        raise ValueError(f"'{name}' is already the name of a pass; a pass pipeline cannot share it")
     _PIPELINES[name] = pipeline if callable(pipeline) else (lambda: pipeline)
 
 
 def registered_pipelines() -> dict[str, str]:
-    """Each named pipeline and the passes it stands for now."""
+    """Each named pass pipeline and the passes it stands for now."""
     return {name: text() for name, text in _PIPELINES.items()}
 
 
@@ -109,7 +109,7 @@ def inference_pipeline(**options: dict) -> str:
     """The registered passes of :data:`INFERENCE_PIPELINE`, in its order (others are skipped);
     ``options`` gives a pass's options by its name.
 
-    >>> inference_pipeline().startswith("eliminate_identity,fold_constants")
+    >>> inference_pipeline().startswith("canonicalize,eliminate_identity,fold_constants")
     True
     >>> inference_pipeline(autotune={"sizes": "b=8", "frozen": True}).split(",")[-2:]
     ['autotune{sizes=b=8 frozen=true}', 'inplace']
@@ -117,7 +117,7 @@ def inference_pipeline(**options: dict) -> str:
     known = registered_passes()
     unknown = set(options) - set(INFERENCE_PIPELINE)
     if unknown:
-        raise ValueError(f"inference_pipeline: no pass {sorted(unknown)} in the pipeline {INFERENCE_PIPELINE}")
+        raise ValueError(f"inference_pipeline: no pass {sorted(unknown)} in the pass pipeline {INFERENCE_PIPELINE}")
     return ",".join(name + _options_text(options.get(name, {})) for name in INFERENCE_PIPELINE if name in known)
 
 
@@ -131,7 +131,7 @@ register_pipeline("inference", inference_pipeline)
 
 
 def parse_pipeline(text: str) -> list[Pass]:
-    """Pass instances from a pipeline string.
+    """Pass instances from a pass pipeline string.
 
     >>> [str(p) for p in parse_pipeline("dce, fold_constants{max_elements=8}")]
     ['dce', 'fold_constants{max_elements=8}']
@@ -142,7 +142,7 @@ def parse_pipeline(text: str) -> list[Pass]:
         name = name.strip()
         if name in _PIPELINES and name not in registered_passes():
             if rest:
-                raise ValueError(f"pipeline '{name}' takes no options: {item!r}")
+                raise ValueError(f"pass pipeline '{name}' takes no options: {item!r}")
             passes.extend(parse_pipeline(_PIPELINES[name]()))
             continue
         try:
@@ -190,7 +190,7 @@ class PassManager:
         self.records: list[PassRecord] = []
 
     def run(self, program: Program, inplace: bool = False, training: bool = False) -> Program:
-        """Apply the pipeline; returns the rewritten program (a copy unless ``inplace``).
+        """Apply the pass pipeline; returns the rewritten program (a copy unless ``inplace``).
         ``training``: ``program`` is a training-mode capture (see :class:`PassContext`)."""
         program = program if inplace else program.clone()
         ctx = PassContext(training=training)
@@ -226,6 +226,6 @@ class PassManager:
 
 
 def run(program: Program, pipeline: str | Sequence[Pass | str], *, training: bool = False, **options) -> Program:
-    """Run a pipeline on a copy of ``program``: ``pj.passes.run(prog, "dce,cse")``; ``training``
+    """Run a pass pipeline on a copy of ``program``: ``pj.passes.run(prog, "dce,cse")``; ``training``
     as for :meth:`PassManager.run`, ``options`` as for :class:`PassManager`."""
     return PassManager(pipeline, **options).run(program, training=training)
