@@ -337,6 +337,8 @@ def bind_lax(name: str, args, params: dict):
         params = {**params, "update_jaxpr": jaxpr, "update_consts": consts}
     elif name == "scatter":
         params = {**params, "update_jaxpr": None, "update_consts": ()}
+    elif name in KEY_OPERAND:
+        args = [jax.random.wrap_key_data(args[0], impl="threefry2x32"), *args[1:]]
     out = prim.bind(*match_varying(args), **params)
     return list(out) if prim.multiple_results else [out]
 
@@ -388,11 +390,20 @@ def trivial_sharding(value) -> bool:
 
 KEY_PRIMITIVES = frozenset({"random_wrap", "random_unwrap", "random_clone", "random_seed", "random_split",
                             "random_fold_in", "random_bits"})
+# Primitives that take a (default, threefry) key as their first operand and keep their own
+# derivative rule: a program holds them as generic ops on the key's raw data.
+KEY_OPERAND = frozenset({"random_gamma"})
 
 
 def is_key(aval) -> bool:
     """Whether an abstract value (or array) is a typed PRNG key array."""
-    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key)
+    dtype = getattr(aval, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def is_default_key(aval) -> bool:
+    """Whether a key array's abstract value holds threefry2x32 keys (JAX's default)."""
+    return is_key(aval) and aval.dtype._impl.name == "threefry2x32"
 
 
 def key_data_aval(aval):
@@ -409,7 +420,9 @@ def key_data(value):
 
 def key_computation(eqn):
     """A function of the raw data of a key equation's operands that computes the raw data of its
-    results (one value), mirroring JAX's lowering of ``random_split``, ``random_bits`` … .
+    results (one value), mirroring JAX's lowering of ``random_split``, ``random_bits`` … and of
+    the shape operations on key arrays (slicing, reshaping, broadcasting, selecting, gathering);
+    None for other primitives.
 
     >>> eqn = make_jaxpr(lambda k: jax.random.split(k), jax.random.key(0))[0].eqns[0]
     >>> key_computation(eqn)(jax.random.key_data(jax.random.key(0))).shape
@@ -431,7 +444,45 @@ def key_computation(eqn):
                                                        shape=params["shape"])
     if name == "random_fold_in":
         return lambda data, msgs: prng.random_fold_in_impl_base(impl, data, msgs, aval.shape)
-    raise ValueError(f"'{name}' is not a key primitive")
+    return _key_shape_op(eqn)
+
+
+def _key_shape_op(eqn):
+    """A shape operation on key arrays as the same operation on their raw data, whose trailing
+    axes (the key's words) ride along."""
+    name, p = eqn.primitive.name, eqn.params
+    out = next(v.aval for v in eqn.outvars if is_key(v.aval))
+    tail = key_data_aval(out).shape[out.ndim:]
+    k, n = len(tail), out.ndim
+    own = tuple(range(n, n + k))  # the positions of the key words in the result
+    if name in ("copy", "copy_p", "squeeze", "rev", "concatenate", "random_clone"):
+        return lambda *xs: eqn.primitive.bind(*xs, **p)
+    if name == "slice":
+        strides = None if p["strides"] is None else (*p["strides"], *[1] * k)
+        return lambda x: jax.lax.slice(x, (*p["start_indices"], *[0] * k), (*p["limit_indices"], *tail), strides)
+    if name == "reshape" and p.get("dimensions") is None:
+        return lambda x: jax.lax.reshape(x, (*p["new_sizes"], *tail))
+    if name == "broadcast_in_dim":
+        return lambda x: jax.lax.broadcast_in_dim(x, (*p["shape"], *tail), (*p["broadcast_dimensions"], *own))
+    if name == "transpose":
+        return lambda x: jax.lax.transpose(x, (*p["permutation"], *own))
+    if name == "select_n":
+        def select(which, *cases):
+            if which.ndim:
+                which = jax.lax.broadcast_in_dim(which, cases[0].shape, tuple(range(which.ndim)))
+            return jax.lax.select_n(which, *cases)
+        return select
+    if name == "dynamic_slice":
+        return lambda x, *i: jax.lax.dynamic_slice(x, (*i, *[np.zeros((), i[0].dtype)] * k), (*p["slice_sizes"], *tail))
+    if name == "dynamic_update_slice":
+        return lambda x, u, *i: jax.lax.dynamic_update_slice(x, u, (*i, *[np.zeros((), i[0].dtype)] * k))
+    if name == "gather":
+        dn = p["dimension_numbers"]
+        dn = dn._replace(offset_dims=(*dn.offset_dims, *own))
+        return lambda x, i: jax.lax.gather(x, i, dn, (*p["slice_sizes"], *tail), indices_are_sorted=p["indices_are_sorted"],
+                                           unique_indices=p["unique_indices"], mode=p["mode"],
+                                           fill_value=p["fill_value"])
+    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -329,7 +329,7 @@ class _Converter:
     def _constant(self, block, value, aval):
         value = np.asarray(adapter.key_data(value))
         ttype = _type(aval)
-        if value.ndim == 0 and value.dtype != np.dtype("O"):
+        if value.ndim == 0 and (value.dtype.kind in "biuf"):
             attrs = {"value": value.item()}
         else:
             i = len(self.constants)
@@ -359,10 +359,16 @@ class _Converter:
     def _convert(self, jaxpr, block, env):
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
+            if eqn.outvars and all(v.aval.dtype == jax.dtypes.float0 for v in eqn.outvars):
+                continue  # the zero tangent of an integer output, which the rule block drops
             operands = [self._read(block, env, v) for v in eqn.invars]
             op = None
-            if name in adapter.KEY_PRIMITIVES:
+            if name in adapter.KEY_PRIMITIVES or (name not in _KEEPS_KEYS and any(
+                    adapter.is_key(v.aval) for v in (*eqn.invars, *eqn.outvars))):
                 self._inline_key_op(eqn, operands, block, env)
+                continue
+            if name == "device_put" and all(d is None for d in eqn.params["devices"]):
+                env.update((v, x) for v, x in zip(eqn.outvars, operands) if not adapter.is_dropvar(v))
                 continue
             if name in _CUSTOM:
                 op = self._custom_derivative(eqn, operands)
@@ -402,10 +408,17 @@ class _Converter:
                 env[var] = self._read(block, inner_env, out)
 
     def _inline_key_op(self, eqn, operands, block, env):
-        """Inline a PRNG key primitive as its computation on the keys' raw data."""
+        """Inline a PRNG key primitive, or a shape operation on key arrays, as its computation on
+        the keys' raw data."""
+        fn = adapter.key_computation(eqn)
+        if fn is None:
+            raise CaptureError(f"{_where(eqn)}: '{eqn.primitive.name}' on an array of typed PRNG keys cannot be "
+                               "captured (a program holds keys by their raw data and captures jax.random's key "
+                               "operations and the shape operations on keys); work on jax.random.key_data(keys) "
+                               "instead")
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in map(adapter.key_data_aval,
                                                                           (v.aval for v in eqn.invars))]
-        inner, consts = adapter.make_jaxpr(adapter.key_computation(eqn), *structs)
+        inner, consts = adapter.make_jaxpr(fn, *structs)
         self._inline_jaxpr(eqn, inner, consts, operands, block, env)
 
     def _mark_remat(self, ops):
@@ -484,11 +497,9 @@ class _Converter:
             lengths, jaxprs = adapter.linear_solve_parts(params)
             blocks = [self._sub_block(j, part) for part, j in jaxprs.items()]
             return Op("custom_linear_solve", operands, result_types, {"const_lengths": lengths}, blocks, loc)
-        if any(adapter.is_key(v.aval) for v in (*eqn.invars, *eqn.outvars)):
-            raise CaptureError(f"{_where(eqn)}: '{name}' on an array of typed PRNG keys cannot be "
-                               "captured (a program holds keys by their raw data and captures only "
-                               "jax.random's own key operations); split, index and fold in keys before "
-                               "reshaping, broadcasting or selecting them, or work on jax.random.key_data(keys)")
+        if name in adapter.KEY_OPERAND and not adapter.is_default_key(eqn.invars[0].aval):
+            raise CaptureError(f"{_where(eqn)}: '{name}' takes a key of another PRNG implementation than "
+                               "threefry2x32, which a program cannot hold; use the default keys")
         if adapter.lax_primitive(name) is not eqn.primitive:
             raise CaptureError(f"{_where(eqn)}: primitive '{name}' is not a JAX primitive paddlejax "
                                "can capture (only lax primitives and paddlejax ops)")
@@ -509,6 +520,9 @@ class _Converter:
                                    f"{type(value).__name__} that a program cannot hold")
         return Op(f"lax.{name}", operands, result_types, attrs, loc=loc)
 
+
+# Primitives that hold typed keys as they are (in sub-jaxprs, or as an operand they keep).
+_KEEPS_KEYS = {"cond", "while", "scan", *_INLINE, *adapter.KEY_OPERAND}
 
 # Remat primitives (``jax.checkpoint``), inlined as one remat segment each.
 _REMAT = ("checkpoint", "remat", "remat2")

@@ -182,6 +182,8 @@ PARAMS: dict[str, dict[str, Kind]] = {
     "rng_bit_generator": {"shape": SHAPE, "dtype": DTYPE, "algorithm": enum(lax.RandomAlgorithm),
                           "out_sharding": NONE},
     "rng_uniform": {"shape": SHAPE},
+    **{p: {"axes": NONNEG_INTS, "axis_index_groups": NONE} for p in ("psum", "pmax", "pmin")},
+    "random_gamma": {"log_space": BOOL},
     "dim_as_value": {"dim": _described(lambda v: isinstance(v, SymDim), "a symbolic dimension")},
 }
 
