@@ -48,8 +48,7 @@ from paddlejax.ir.core import Op, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops.attention import require_implementation, scaled_dot_product_attention
 from paddlejax.passes.base import register_pass
-from paddlejax.passes.fusion import transpose_perm
-from paddlejax.passes.query import only_reader, scalar_constant
+from paddlejax.passes.query import only_reader, scalar_constant, transpose_perm
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
 
 _HEADS_SEQ = (0, 2, 1, 3)  # [batch, heads, seq, dim] <-> [batch, seq, heads, dim]

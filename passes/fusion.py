@@ -40,44 +40,12 @@ import numpy as np
 
 from paddlejax.ir.core import Op, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
-from paddlejax.ops import registry
 from paddlejax.ops.activation import as_fused_activation
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.traits import traits_of
 from paddlejax.passes.base import register_pass
-from paddlejax.passes.query import only_reader, stored_array
+from paddlejax.passes.query import fuses_activation, only_reader, stored_array, transpose_perm, weighted
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
-
-
-def weighted(op_type: str) -> bool:
-    """Whether ``op_type`` is a conv / linear: a quantizable weight with an output-channel axis,
-    and an optional bias input that a per-channel add can become.
-
-    >>> weighted("conv2d"), weighted("linear"), weighted("matmul"), weighted("lax.add")
-    (True, True, False, False)
-    """
-    opdef = registry.lookup(op_type)
-    return (opdef is not None and opdef.traits.weight is not None and opdef.traits.weight_out_axis is not None
-            and any(i.name == "bias" and i.optional for i in opdef.inputs))
-
-
-def fuses_activation(op_type: str) -> bool:
-    """Whether ``op_type`` applies an activation to its result through an ``act`` attribute."""
-    opdef = registry.lookup(op_type)
-    return opdef is not None and "act" in opdef.attrs
-
-
-def transpose_perm(op: Op | None) -> tuple[int, ...] | None:
-    """The permutation of a transpose (``transpose`` or ``lax.transpose``), None for other ops.
-
-    >>> import jax.numpy as jnp, paddlejax as pj
-    >>> transpose_perm(pj.trace(lambda x: x.T, jnp.ones((2, 3))).body.ops[0])
-    (1, 0)
-    """
-    if op is None:
-        return None
-    kind, attrs = op.canonical
-    return tuple(attrs["perm"]) if kind == "transpose" else None
 
 
 def _channel_axis(op: Op) -> int:

@@ -28,7 +28,8 @@ import dataclasses
 from paddlejax.ir.core import Op, Program, TensorType
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
-from paddlejax.passes.fusion import EliminateTransposes, transpose_perm
+from paddlejax.passes.fusion import EliminateTransposes
+from paddlejax.passes.query import transpose_perm
 from paddlejax.passes.rewrite import apply_patterns
 # perm into each layout from the other one (transpose: out.shape[i] = x.shape[perm[i]])
 INTO = {"NHWC": (0, 2, 3, 1), "NCHW": (0, 3, 1, 2)}

@@ -44,9 +44,8 @@ from paddlejax.ops.conv import paddle_padding
 from paddlejax.ops.quant import abs_max, asym_grid, pack_int4, qmax, quantize
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.ops import registry
-from paddlejax.passes.fusion import weighted
 from paddlejax.passes.options import op_types
-from paddlejax.passes.query import param_name, stored_array, weight_of
+from paddlejax.passes.query import param_name, stored_array, weight_of, weighted
 
 # The ops whose traits name a quantizable weight: conv2d, depthwise_conv2d, linear, matmul.
 QUANTIZABLE = tuple(name for name, opdef in registry.all_ops().items() if opdef.traits.weight is not None)

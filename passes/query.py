@@ -1,4 +1,5 @@
-"""Questions passes ask of a program's values: who reads this, is it stored, what is it called.
+"""Questions passes ask of a program's ops and values: who reads this, is it stored, what is it
+called, what kind of op is this (by its declaration in the op library).
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda p, x: pj.ops.relu(x @ p["w"]), jnp.ones((1, 2)), params={"w": jnp.eye(2)})
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from paddlejax.ir.core import Op, Program, Value
+from paddlejax.ops import registry
 
 
 def only_reader(v: Value, op: Op) -> bool:
@@ -56,3 +58,34 @@ def scalar_constant(program: Program, v: Value) -> float | None:
         return None
     value = np.asarray(op.attrs["value"] if "value" in op.attrs else program.constants[op.attrs["name"]])
     return float(value.reshape(-1)[0]) if value.size == 1 and np.isrealobj(value) else None
+
+
+def weighted(op_type: str) -> bool:
+    """Whether ``op_type`` is a conv / linear: a quantizable weight with an output-channel axis,
+    and an optional bias input that a per-channel add can become.
+
+    >>> weighted("conv2d"), weighted("linear"), weighted("matmul"), weighted("lax.add")
+    (True, True, False, False)
+    """
+    opdef = registry.lookup(op_type)
+    return (opdef is not None and opdef.traits.weight is not None and opdef.traits.weight_out_axis is not None
+            and any(i.name == "bias" and i.optional for i in opdef.inputs))
+
+
+def fuses_activation(op_type: str) -> bool:
+    """Whether ``op_type`` applies an activation to its result through an ``act`` attribute."""
+    opdef = registry.lookup(op_type)
+    return opdef is not None and "act" in opdef.attrs
+
+
+def transpose_perm(op: Op | None) -> tuple[int, ...] | None:
+    """The permutation of a transpose (``transpose`` or ``lax.transpose``), None for other ops.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> transpose_perm(pj.trace(lambda x: x.T, jnp.ones((2, 3))).body.ops[0])
+    (1, 0)
+    """
+    if op is None:
+        return None
+    kind, attrs = op.canonical
+    return tuple(attrs["perm"]) if kind == "transpose" else None

@@ -28,9 +28,8 @@ from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ops import registry
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.quant import dequantize
-from paddlejax.passes.fusion import weighted
 from paddlejax.passes.quant import is_fake_quantized, is_stored_weight, quantized_weight
-from paddlejax.passes.query import param_name, stored_array, weight_of
+from paddlejax.passes.query import param_name, stored_array, weight_of, weighted
 from paddlejax.slim.quant.post import probe_batches
 
 
