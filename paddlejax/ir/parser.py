@@ -384,14 +384,11 @@ class _Parser:
         results = []
         if self.peek(_VALUE):
             results = self.result_names()
-        op_pos = self.pos
         if self.keyword("return"):
-            operands = self.optional_list(_VALUE, self.use)
-            op = Op("return", operands, [], self.attrs())
             if results:
                 raise self.error("return has no results", start)
-            return op
-        kind, operands, attrs = self.op_head(op_pos)
+            return Op("return", self.optional_list(_VALUE, self.use), [], self.attrs())
+        kind, operands, attrs = self.op_head()
         self.expect(":", "':' and the result types")
         types = self.optional_list(_DTYPE, self.type)
         blocks = []
@@ -403,7 +400,8 @@ class _Parser:
         else:
             loc = self.loc()
         if len(types) != len(results):
-            raise self.error(f"{len(results)} result names but {len(types)} result type{'' if len(types) == 1 else 's'}", start)
+            plural = "" if len(types) == 1 else "s"
+            raise self.error(f"{len(results)} result names but {len(types)} result type{plural}", start)
         op = Op(kind, operands, types, attrs, blocks, loc)
         self.positions[op] = start
         for (name, pos), value in zip(results, op.results):
@@ -428,8 +426,9 @@ class _Parser:
             items.append(item())
         return items
 
-    def op_head(self, pos: int):
+    def op_head(self):
         """Kind, operands and attributes of an op, from its name to its ':'."""
+        pos = self.next_token()
         kind = next((k for k in ("param", "constant") if self.keyword(k)), None)
         if kind:
             if kind == "param" or self.peek("@"):

@@ -68,7 +68,8 @@ def test_without_parameters_text_out_uses_placeholders_and_saving_is_refused(tex
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--emit", "text", "-o", "{dir}/m.pdir"], "-o {dir}/m.pdir would overwrite the input {dir}/m.pdir; give another path"),
+    (["--emit", "text", "-o", "{dir}/m.pdir"],
+     "-o {dir}/m.pdir would overwrite the input {dir}/m.pdir; give another path"),
     (["--emit", "text", "-o", "{dir}/out.txt"], "-o {dir}/out.txt must end in .pdir"),
     (["-o", "{dir}/"], "-o {dir}/ names a directory; give the program's path inside it, e.g. {dir}/model"),
 ])

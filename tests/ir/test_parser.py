@@ -257,7 +257,8 @@ def random_inputs(prog, size=2):
     for v in prog.inputs:
         shape = tuple(size if isinstance(d, str) else d for d in v.type.shape)
         dtype = np.dtype(jnp.dtype(v.type.dtype))
-        out.append(rng.integers(0, 5, shape).astype(dtype) if dtype.kind in "iu" else rng.normal(size=shape).astype(dtype))
+        draw = rng.integers(0, 5, shape) if dtype.kind in "iu" else rng.normal(size=shape)
+        out.append(draw.astype(dtype))
     return out
 
 
@@ -362,28 +363,41 @@ def test_strings_and_names_with_any_character_read_back():
 H = "program @f(%x: f32[2]) -> (f32[2]) {\n"
 
 
+def body(*lines: str) -> str:
+    """A program of ``H`` and ``lines`` (line 2 on, indented by two spaces)."""
+    return H + "".join(f"  {line}\n" for line in lines) + "}"
+
+
 @pytest.mark.parametrize("text, message", [
     ("prog @f", "line 1, column 1: expected 'program @name(...) -> (...) {', found 'prog'"),
-    (H + "  return %y\n}", "line 2, column 10: undefined value %y"),
-    (H + "  %0 = relu(%x) : f32[2]\n  %0 = relu(%x) : f32[2]\n  return %0\n}", "line 3, column 3: value %0 is defined twice"),
-    (H + "  %0 = relu(%x) : f33[2]\n  return %0\n}", "line 2, column 19: unknown dtype 'f33'"),
-    (H + "  %0 = relu(%x) f32[2]\n  return %0\n}", "line 2, column 17: expected ':' and the result types, found 'f32[2]'"),
+    (body("return %y"), "line 2, column 10: undefined value %y"),
+    (body("%0 = relu(%x) : f32[2]", "%0 = relu(%x) : f32[2]", "return %0"),
+     "line 3, column 3: value %0 is defined twice"),
+    (body("%0 = relu(%x) : f33[2]", "return %0"), "line 2, column 19: unknown dtype 'f33'"),
+    (body("%0 = relu(%x) f32[2]", "return %0"), "line 2, column 17: expected ':' and the result types, found 'f32[2]'"),
     (H + "  %0 = relu(%x) : f32[2]\n", "line 3, column 1: expected an op (%r = name(operands) : types) or return, "
                                        "found the end of the text"),
-    (H + "  %0, %1 = relu(%x) : f32[2]\n  return %0\n}", "line 2, column 3: 2 result names but 1 result type"),
-    (H + "  return %x, %x\n}", "line 1, column 28: the program declares results (f32[2]) but returns (f32[2], f32[2])"),
-    (H + "  %0 = lax.cumsum(%x) {axis=@} : f32[2]\n  return %0\n}", "line 2, column 29: expected an attribute value, found '@}'"),
-    (H + "  %0 = lax.cumsum(%x) {axis=(0)} : f32[2]\n  return %0\n}", "line 2, column 32: a tuple of one value is written (x,)"),
-    (H + "  %0 = relu(%x) {a=1, a=2} : f32[2]\n  return %0\n}", "line 2, column 22: attribute 'a' given twice"),
-    (H + "  %0 = lax.dot_general(%x, %x) {precision=Precision.FASTEST} : f32[]\n  return %x\n}",
+    (body("%0, %1 = relu(%x) : f32[2]", "return %0"), "line 2, column 3: 2 result names but 1 result type"),
+    (body("return %x, %x"), "line 1, column 28: the program declares results (f32[2]) but returns (f32[2], f32[2])"),
+    (body("%0 = lax.cumsum(%x) {axis=@} : f32[2]", "return %0"),
+     "line 2, column 29: expected an attribute value, found '@}'"),
+    (body("%0 = lax.cumsum(%x) {axis=(0)} : f32[2]", "return %0"),
+     "line 2, column 32: a tuple of one value is written (x,)"),
+    (body("%0 = relu(%x) {a=1, a=2} : f32[2]", "return %0"), "line 2, column 22: attribute 'a' given twice"),
+    (body("%0 = lax.dot_general(%x, %x) {precision=Precision.FASTEST} : f32[]", "return %x"),
      "line 2, column 43: unknown enum Precision.FASTEST"),
-    (H + '  %0 = pad2d(%x) {mode="abc} : f32[2]\n  return %0\n}', "line 2, column 24: expected a string, found '\"abc}'"),
-    ("program @f(%x: f32[floor(b)]) -> () {\n  return\n}", "line 1, column 20: unknown function 'floor' in a dimension"),
-    (H + "  return %x\n}\n}", "line 4, column 1: expected the end of the text after the program's closing '}', found '}'"),
-    (H + "  %0 = constant 1" + "0" * 200 + " : f32[]\n  return %x\n}", "line 2, column 17: number of 201 characters (at most 100)"),
-    (H + "  %0 = lax.cumsum(%x) {axis=" + "(" * 100_000 + "} : f32[2]\n  return %0\n}", "attribute nested too deeply"),
+    (body('%0 = pad2d(%x) {mode="abc} : f32[2]', "return %0"), "line 2, column 24: expected a string, found '\"abc}'"),
+    (body("%0 = lax.cumsum(%x) {axis=(1e+-j)} : f32[2]", "return %0"), "line 2, column 29: bad number '(1e+-j)'"),
+    ("program @f(%x: f32[floor(b)]) -> () {\n  return\n}",
+     "line 1, column 20: unknown function 'floor' in a dimension"),
+    (body("return %x") + "\n}",
+     "line 4, column 1: expected the end of the text after the program's closing '}', found '}'"),
+    (body("%0 = constant 1" + "0" * 200 + " : f32[]", "return %x"),
+     "line 2, column 17: number of 201 characters (at most 100)"),
+    (body("%0 = lax.cumsum(%x) {axis=" + "(" * 100_000 + "} : f32[2]", "return %0"), "attribute nested too deeply"),
     ("program @f(%x: f32[" + "-" * 100_000 + "b]) -> () {\n  return\n}", "dimension expression nested too deeply"),
-    ("program @f(%x: f32[" + "b+" * 1000 + "1]) -> () {\n  return\n}", "line 1, column 20: dimension expression too long"),
+    ("program @f(%x: f32[" + "b+" * 1000 + "1]) -> () {\n  return\n}",
+     "line 1, column 20: dimension expression too long"),
     ("x" * 1_000_000, "line 1, column 1: expected 'program @name(...) -> (...) {', found 'xxxxxxxxxxxxxxxxxxxx'"),
     ("program @f() -> () {\n" + "  cond() : (\n  b() {\n" * 100 + "}", "blocks nested too deeply"),
 ])
@@ -394,15 +408,15 @@ def test_malformed_text_is_one_parse_error_with_line_and_column(text, message):
     assert isinstance(error.value, pj.ProgramFormatError) and error.value.line >= 1
 
 
-@pytest.mark.parametrize("body, message", [
+@pytest.mark.parametrize("text, message", [
     ("  %0 = frobnicate(%x) : f32[2]\n  return %0", "op #0 'frobnicate': unknown op type 'frobnicate'"),
     ("  %0 = relu(%x) : f32[3]\n  return %x", "op #0 'relu': results are (f32[3]) but the inputs give (f32[2])"),
     ("  %0 = constant 0 : i32[]\n  %1 = cond(%0) : f32[2] (\n    branch0() {\n      return %x\n    }\n  )\n"
      "  return %1", "operand 0 is used before it is defined (or comes from another block)"),
 ])
-def test_well_formed_but_wrong_programs_are_named_by_the_verifier(body, message):
+def test_well_formed_but_wrong_programs_are_named_by_the_verifier(text, message):
     with pytest.raises(VerificationError, match=re.escape(message)):
-        pj.parse(H + body + "\n}")
+        pj.parse(H + text + "\n}")
 
 
 def test_mutated_text_is_refused_with_a_parse_or_verification_error_or_parses():
