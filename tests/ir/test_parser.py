@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import safetensors.numpy
-from flax import nnx
 
 import paddlejax as pj
 from paddlejax import models, nn
