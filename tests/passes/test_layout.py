@@ -98,3 +98,41 @@ program @Sequential(%x: f32[b,2,5,5]) -> (f32[b,4,3,3]) {
 def test_unknown_layout_is_named(residual):
     with pytest.raises(ValueError, match="convert_layout: 'to' must be one of \\['NCHW', 'NHWC'\\], got 'CHWN'"):
         convert(residual, to="CHWN")
+
+
+def _layout_ops():
+    """One small NCHW use of every layout-sensitive registry op over images."""
+    r = np.random.default_rng(0)
+    f = lambda *s: jax.numpy.asarray(r.uniform(0.5, 1.5, s), "float32")  # noqa: E731
+    ops = pj.ops
+    w8 = jax.numpy.asarray(r.integers(-8, 8, (4, 3, 3, 3)), "int8")
+    return {
+        "conv2d": lambda x: ops.conv2d(x, f(4, 3, 3, 3), padding=1, stride=2),
+        "depthwise_conv2d": lambda x: ops.depthwise_conv2d(x, f(6, 1, 3, 3)),
+        "conv2d_transpose": lambda x: ops.conv2d_transpose(x, f(3, 2, 3, 3), stride=2),
+        "pool2d": lambda x: ops.pool2d(x, kernel_size=2, stride=2, pooling_type="avg"),
+        "adaptive_pool2d": lambda x: ops.adaptive_pool2d(x, output_size=(2, 3)),
+        "batch_norm": lambda x: ops.batch_norm(x, f(3), f(3), f(3), f(3))[0],
+        "sync_batch_norm": lambda x: ops.sync_batch_norm(x, f(3), f(3))[0],
+        "group_norm": lambda x: ops.group_norm(x, f(3), f(3), groups=3),
+        "interpolate": lambda x: ops.interpolate(x, scale_factor=(2.0, 2.0), mode="bilinear"),
+        "prelu": lambda x: ops.prelu(x - 1.0, f(3)),
+        "quantized_conv2d": lambda x: ops.quantized_conv2d(ops.quantize(x, f(), bits=8), w8, f(), f(4), padding=1),
+        "weight_only_conv2d": lambda x: ops.weight_only_conv2d(x, w8, f(4), bits=8),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_layout_ops()))
+def test_every_layout_sensitive_op_converts_exactly(name):
+    assert pj.ops.get(name).traits.layout_sensitive
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 3, 6, 8)).astype(np.float32)
+    prog = pj.trace(_layout_ops()[name], x)
+    nhwc, _ = convert(prog)
+    assert [op.attrs["data_format"] for op in nhwc.walk() if op.type == name] == ["NHWC"]
+    np.testing.assert_allclose(nhwc(x), prog(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_cases_cover_every_layout_sensitive_op_over_images():
+    sensitive = {name for name, op in pj.ops.all_ops().items() if op.traits.layout_sensitive
+                 and set(op.attrs["data_format"].choices or ()) >= {"NCHW", "NHWC"}}
+    assert sensitive == set(_layout_ops())
