@@ -55,6 +55,8 @@ from paddlejax.ir.printer import BARE_SYMBOL
 MAX_DEPTH = 32  # nesting of attribute values and of dimension expressions
 MAX_BLOCK_DEPTH = 64
 MAX_NUMBER_CHARS = 100
+MAX_DIM_CHARS = 200  # as attrs.eval_dim reads
+MAX_ITEMS = 1024  # values in one attribute tuple or list (shapes, paddings and strides are short)
 
 _LONG_DTYPES = {short: long for long, short in _SHORT_DTYPES.items()}
 _EXTRA_DTYPES = ("int2", "int4", "uint2", "uint4", "float0", "float4_e2m1fn", "float8_e3m4", "float8_e4m3",
@@ -104,6 +106,7 @@ class _Parser:
         self.text = text
         self.pos = 0
         self.scopes: list[dict[str, Value]] = []
+        self.expression_start = 0  # where the dimension expression being read starts
         self.positions: dict[Op, int] = {}  # where each op starts, for errors found after parsing
 
     # -- scanning ------------------------------------------------------------------------
@@ -123,6 +126,8 @@ class _Parser:
 
     def next_token(self) -> int:
         """Where the next token starts: past spaces and comments (the text stays unread)."""
+        if self.pos < len(self.text) and not (self.text[self.pos].isspace() or self.text[self.pos] == "#"):
+            return self.pos
         m = _SPACE.match(self.text, self.pos)
         return m.end() if m else self.pos
 
@@ -168,16 +173,22 @@ class _Parser:
         except ValueError:
             raise self.error("bad escape in string", m.start()) from None
 
-    def separated(self, item, close: str) -> list:
-        """``item {',' item}`` up to ``close`` (consumed); an empty list when ``close`` follows."""
+    def separated(self, item, close: str, limit: int | None = None) -> list:
+        """``item {',' item}`` up to ``close`` (consumed); an empty list when ``close`` follows;
+        at most ``limit`` items."""
         items = []
         if self.accept(close):
             return items
         while True:
+            self.count(items, limit)
             items.append(item())
             if self.accept(close):
                 return items
             self.expect(",", f"',' or '{close}'")
+
+    def count(self, items: list, limit: int | None) -> None:
+        if limit is not None and len(items) >= limit:
+            raise self.error(f"more than {limit} values in one tuple or list")
 
     # -- types ---------------------------------------------------------------------------
     def type(self) -> TensorType:
@@ -195,9 +206,7 @@ class _Parser:
         if m and re.match(r"\s*[,\]]", self.text[m.end():m.end() + 64]):
             self.pos = m.end()
             return self.number(m, int)
-        start = self.next_token()
-        self.expression(0)
-        return self.symbolic(start).expr
+        return self.symbolic().expr
 
     # -- dimension expressions: sum := product {('+'|'-') product}, product := unary {('*'|'//'|'%') unary}
     def expression(self, depth: int) -> None:
@@ -215,6 +224,8 @@ class _Parser:
     def unary(self, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise self.error("dimension expression nested too deeply")
+        if self.pos - self.expression_start > MAX_DIM_CHARS:
+            raise self.error(f"dimension expression of more than {MAX_DIM_CHARS} characters", self.expression_start)
         if self.accept("-"):
             return self.unary(depth + 1)
         if self.accept("("):
@@ -232,8 +243,10 @@ class _Parser:
             self.expect("(")
             self.separated(lambda: self.expression(depth + 1), ")")
 
-    def symbolic(self, start: int) -> attrs_lib.SymDim:
-        """The dimension expression just read, from ``start`` (its first token) on."""
+    def symbolic(self) -> attrs_lib.SymDim:
+        """A dimension expression such as ``2*b + 1``."""
+        start = self.expression_start = self.next_token()
+        self.expression(0)
         text = self.text[start:self.pos]
         try:
             attrs_lib.dim_symbols(text)
@@ -277,7 +290,7 @@ class _Parser:
         if self.accept("("):
             return self.tuple(depth)
         if self.accept("["):
-            return self.separated(lambda: self.value(depth + 1), "]")
+            return self.separated(lambda: self.value(depth + 1), "]", MAX_ITEMS)
         start = self.next_token()
         if m := self.accept(_FLOAT):
             return self.number(m, float)
@@ -285,8 +298,7 @@ class _Parser:
             if not self.peek(_SUM_OP) and not self.peek(_PRODUCT_OP):
                 return self.number(m, int)
             self.pos = start
-            self.expression(0)
-            return self.symbolic(start)
+            return self.symbolic()
         m = self.peek(_NAME)
         if not m:
             raise self.expected("an attribute value")
@@ -297,6 +309,7 @@ class _Parser:
         if self.accept(")"):
             return ()
         while True:
+            self.count(items, MAX_ITEMS)
             items.append(self.value(depth + 1))
             if self.accept(")"):
                 if len(items) == 1:
@@ -326,8 +339,7 @@ class _Parser:
         if name in _dtype_names() and not self.peek(_SUM_OP) and not self.peek(_PRODUCT_OP):
             return jax.numpy.dtype(name)
         self.pos = start
-        self.expression(0)
-        return self.symbolic(start)
+        return self.symbolic()
 
     def struct(self, cls, start: int, depth: int):
         fields = {}

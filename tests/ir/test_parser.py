@@ -396,7 +396,9 @@ def body(*lines: str) -> str:
     (body("%0 = lax.cumsum(%x) {axis=" + "(" * 100_000 + "} : f32[2]", "return %0"), "attribute nested too deeply"),
     ("program @f(%x: f32[" + "-" * 100_000 + "b]) -> () {\n  return\n}", "dimension expression nested too deeply"),
     ("program @f(%x: f32[" + "b+" * 1000 + "1]) -> () {\n  return\n}",
-     "line 1, column 20: dimension expression too long"),
+     "line 1, column 20: dimension expression of more than 200 characters"),
+    (body("%0 = lax.cumsum(%x) {axis=(" + "1, " * 100_000 + ")} : f32[2]", "return %0"),
+     "line 2, column 3102: more than 1024 values in one tuple or list"),
     ("x" * 1_000_000, "line 1, column 1: expected 'program @name(...) -> (...) {', found 'xxxxxxxxxxxxxxxxxxxx'"),
     ("program @f() -> () {\n" + "  cond() : (\n  b() {\n" * 100 + "}", "blocks nested too deeply"),
 ])
