@@ -39,12 +39,13 @@ def op_names(option: str, refusal: str) -> list[str]:
     return names
 
 
-def parse_sizes(text: str) -> dict[str, int]:
-    """A pass's ``sizes`` option (``"b=32"``, several joined by ``:``) as a dict."""
+def parse_sizes(text: str, option: str = "sizes") -> dict[str, int]:
+    """A pass's ``sizes`` option (``"b=32"``, several joined by ``:``) as a dict; errors name
+    ``option``."""
     sizes = {}
     for item in filter(None, text.replace(":", ",").split(",")):
         name, eq, value = item.partition("=")
         if not eq or not value.strip().isdigit():
-            raise ValueError(f"sizes expects NAME=N items separated by ':', got {item!r}")
+            raise ValueError(f"{option} expects NAME=N, got {item!r}")
         sizes[name.strip()] = int(value)
     return sizes

@@ -39,14 +39,9 @@ def parse_sizes(program, items) -> dict[str, int]:
     """``--size NAME=N`` options as ``{NAME: N}``, checked against ``program``
     (:func:`paddlejax.analysis.check_sizes`)."""
     from paddlejax.analysis import check_sizes
+    from paddlejax.passes.options import parse_sizes as parse
 
-    sizes = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not value.isdigit():
-            raise ValueError(f"--size expects NAME=N, got {item!r}")
-        sizes[name] = int(value)
-    return check_sizes(program, sizes)
+    return check_sizes(program, {k: v for item in items for k, v in parse(item, "--size").items()})
 
 
 def _check_header(f, available: int, label: str) -> None:
