@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Mapping
 import json
 import math
 import os
@@ -499,7 +500,7 @@ def _read_arrays(source, kind: str) -> dict | None:
     """``params`` or ``constants`` as a dict: given as one, or read from a safetensors file
     (saved by :func:`paddlejax.save`, whose ``params/`` and ``constants/`` prefixes are dropped,
     or a plain file of named tensors)."""
-    if source is None or isinstance(source, dict):
+    if source is None or isinstance(source, Mapping):
         return source
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"parse: {kind} must be a dict of arrays or a .safetensors path, "
@@ -530,9 +531,11 @@ _NONE_PARAMS: dict = {}
 
 
 def _restore_none_params(program: Program) -> None:
-    """The printer leaves out attributes that are None, but a lax primitive needs all of its
-    parameters: give back the None-able ones declared in :mod:`paddlejax.ops.lax_params` that
-    the installed jax's primitive needs (tried on its shape rule, once per set of names)."""
+    """The printer leaves out attributes that are None, but a lax primitive is bound with all of
+    its parameters: give back the None-able ones declared in :mod:`paddlejax.ops.lax_params`
+    that the installed jax's shape rule takes (most first, tried once per set of names). A
+    rule that tolerates a parameter its primitive does not record (reduce_max's out_sharding
+    on jax 0.10) gets it too: the op verifies and runs the same."""
     from paddlejax.ir.verifier import Shapes, infer_types
     from paddlejax.ops import lax_params
 
