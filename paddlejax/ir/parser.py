@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
 import json
 import math
 import os
 import re
 import zlib
+from collections.abc import Mapping
 
 import jax
 import numpy as np
