@@ -18,14 +18,17 @@ needs no data) and every entry's name and shape (so a mismatch is told by name).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from paddlejax.train.callbacks import Callback
-from paddlejax.train.checkpoint import CheckpointError, CheckpointManager
 from paddlejax.train.state import TrainState
+
+if TYPE_CHECKING:  # the checkpoint package imports Orbax, which a Trainer without checkpoints never needs
+    from paddlejax.train.checkpoint import CheckpointManager
 
 
 def tree(state: TrainState) -> dict:
@@ -94,6 +97,8 @@ def _placed_like(restored, old):
 def restore(manager: CheckpointManager, trainer, step: int | None = None) -> dict | None:
     """Load the newest intact checkpoint of ``manager`` (or ``step``) into ``trainer``'s built
     state and epoch; returns its meta, or None when there is no checkpoint."""
+    from paddlejax.train.checkpoint import CheckpointError
+
     try:
         restored = manager.restore(like=tree(trainer.state), step=step)
     except CheckpointError as e:
@@ -118,6 +123,7 @@ def load(trainer, path: str, step: int | None = None) -> None:
     into ``trainer`` and its model, building its state first, from the input specs the
     checkpoint records, when no batch has built it yet."""
     from paddlejax.capture import InputSpec
+    from paddlejax.train.checkpoint import CheckpointError, CheckpointManager
 
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Trainer.load: no checkpoint directory at {path}")
@@ -141,6 +147,7 @@ class Checkpointing(Callback):
     Trainer installs one for each ``fit`` with a ``checkpoint_dir``.
 
     >>> import tempfile
+    >>> from paddlejax.train.checkpoint import CheckpointManager
     >>> Checkpointing(CheckpointManager(tempfile.mkdtemp()), loader=[]).save_freq
     1
     """
