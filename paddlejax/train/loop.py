@@ -30,7 +30,9 @@ from paddlejax.train.progress import ProgressBar
 class FitLoop:
     """One ``fit`` call of ``trainer``: ``epochs`` over ``loader``, evaluating on ``eval_loader``
     after the first epoch and every ``eval_freq`` epochs from there (and every ``eval_every``
-    steps if set), checkpointing every ``save_freq`` epochs."""
+    steps if set), checkpointing every ``save_freq`` epochs. It runs the trainer's own step
+    (``_run_step``, with the running metric sums) rather than ``train_batch``, which would wait
+    for every step's loss."""
 
     def __init__(self, trainer, loader, eval_loader, epochs: int, eval_every: int | None, eval_freq: int,
                  save_freq: int):
