@@ -75,7 +75,7 @@ def _constants(x):
 
 def _complex(x):
     z = jax.lax.complex(x, x * 2.0)
-    return jnp.fft.fft(z).real, jnp.abs(z)
+    return jnp.fft.fft(z * (1 + 2j)).real, jnp.abs(z)
 
 
 def _conv_bn_relu(p, x):
@@ -261,8 +261,8 @@ def random_inputs(prog, size=2):
     return out
 
 
-@pytest.mark.parametrize("name", ["conv_bn_relu", "lax_mix", "indexing", "symbolic", "custom_vjp", "int8",
-                                  "rnnlm_lstm"])
+@pytest.mark.parametrize("name", ["conv_bn_relu", "lax_mix", "indexing", "symbolic", "complex", "custom_vjp",
+                                  "int8", "rnnlm_lstm"])
 def test_parsed_program_computes_what_the_captured_one_does(name):
     prog = PROGRAMS[name]()
     parsed = pj.parse(str(prog), params=prog.params, constants=prog.constants)
