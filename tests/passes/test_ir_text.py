@@ -142,6 +142,23 @@ program @f(%x: f32[b,4]) -> (f32[b,4], f32[b,4]) {
   %2 = lax.add(%0, %1) : f32[b,4]
   return %2, %0
 }""", id="cse_keeps_ops_that_differ_in_attributes"),
+    case("canonicalize", """\
+program @f(%x: f32[b,4], %y: f32[b,4]) -> (f32[4,b]) {
+  %0 = param @w : f32[4,4]
+  %1 = lax.dot_general(%x, %0) {dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=float32} : f32[b,4]
+  %2 = lax.add(%1, %y) : f32[b,4]
+  %3 = lax.max(%2, %y) : f32[b,4]
+  %4 = lax.transpose(%3) {permutation=(1, 0)} : f32[4,b]
+  return %4
+}""", """\
+program @f(%x: f32[b,4], %y: f32[b,4]) -> (f32[4,b]) {
+  %0 = param @w : f32[4,4]
+  %1 = matmul(%x, %0) {transpose_x=False, transpose_y=False} : f32[b,4]
+  %2 = elementwise_add(%1, %y) : f32[b,4]
+  %3 = elementwise_max(%2, %y) : f32[b,4]
+  %4 = transpose(%3) {perm=(1, 0)} : f32[4,b]
+  return %4
+}""", id="canonicalize_names_generic_ops_by_their_registry_twins"),
     case("fold_constants,dce", """\
 program @f(%x: f32[b,3]) -> (f32[b,3]) {
   %0 = constant 1.0 : f32[]
