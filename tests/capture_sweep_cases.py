@@ -57,8 +57,8 @@ IMG = arr(1, 5, 5, 2, seed=6)
 
 for _name in ["sin", "cos", "tan", "arctan", "sinh", "cosh", "tanh", "arcsinh", "exp", "exp2", "expm1",
               "cbrt", "square", "abs", "sign", "floor", "ceil", "round", "trunc", "rint", "negative",
-              "positive", "deg2rad", "rad2deg", "sinc", "i0", "signbit", "isnan", "isinf", "isfinite",
-              "nan_to_num", "conj", "real", "imag", "logical_not", "degrees", "radians", "spacing"]:
+              "deg2rad", "rad2deg", "sinc", "i0", "signbit", "isnan", "isinf", "isfinite",
+              "nan_to_num", "logical_not", "spacing"]:
     case(f"jnp.{_name}", getattr(jnp, _name), X)
 for _name in ["log", "log2", "log10", "log1p", "sqrt", "reciprocal", "arccosh"]:
     case(f"jnp.{_name}", getattr(jnp, _name), POS + 1.0)
@@ -73,9 +73,9 @@ case("jnp.bitwise_count", jnp.bitwise_count, ints(4, hi=100))
 case("jnp.isclose", lambda x, y: jnp.isclose(x, y, atol=0.5), X, Y)
 
 # binary
-for _name in ["add", "subtract", "multiply", "divide", "true_divide", "maximum", "minimum", "fmax", "fmin",
+for _name in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin",
               "arctan2", "hypot", "logaddexp", "logaddexp2", "copysign", "nextafter", "greater", "less",
-              "equal", "not_equal", "greater_equal", "less_equal", "remainder", "fmod", "floor_divide"]:
+              "equal", "not_equal", "remainder", "fmod", "floor_divide"]:
     case(f"jnp.{_name}", getattr(jnp, _name), X, Y + 1.5)
 case("jnp.power", jnp.power, POS, Y)
 case("jnp.float_power", jnp.float_power, POS, Y)
@@ -231,7 +231,7 @@ case("complex.angle", lambda x, y: jnp.angle(x + 1j * y), X, Y)
 # ---------------------------------------------------------------------------------------
 # jax.nn
 
-for _name in ["relu", "relu6", "sigmoid", "softplus", "soft_sign", "silu", "swish", "elu", "selu", "celu",
+for _name in ["relu", "relu6", "sigmoid", "softplus", "soft_sign", "silu", "elu", "selu", "celu",
               "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "log_sigmoid", "log_softmax", "softmax",
               "standardize", "logsumexp", "mish", "squareplus", "sparse_plus", "sparse_sigmoid", "glu"]:
     case(f"nn.{_name}", getattr(jax.nn, _name), arr(2, 4, seed=8) * 3)
@@ -252,12 +252,10 @@ case("scipy.special.logit", jsp.special.logit, (UNIT + 1.0) / 2.0 + 0.02)
 case("scipy.special.xlogy", jsp.special.xlogy, POS, POS + 0.5)
 case("scipy.special.xlog1py", jsp.special.xlog1py, POS, POS)
 case("scipy.special.gamma", jsp.special.gamma, POS + 0.5, tol=1e-5)
-case("scipy.special.betaln", jsp.special.betaln, POS, POS + 1.0, tol=1e-5)
 case("scipy.special.gammainc", jsp.special.gammainc, POS, POS + 0.5, tol=1e-5)
 case("scipy.special.logsumexp", lambda x: jsp.special.logsumexp(x, axis=1, b=0.5), X)
 case("scipy.special.softmax", lambda x: jsp.special.softmax(x, axis=0), X)
 case("scipy.special.polygamma", lambda x: jsp.special.polygamma(1, x), POS + 0.5, tol=1e-5)
-case("scipy.special.zeta", lambda x: jsp.special.zeta(x, 1.0), POS + 1.5, tol=1e-5)
 case("scipy.stats.norm", lambda x: jsp.stats.norm.logpdf(x, 0.5, 2.0) + jsp.stats.norm.cdf(x), X)
 case("scipy.stats.t", lambda x: jsp.stats.t.logpdf(x, 3.0), X)
 case("scipy.stats.beta", lambda x: jsp.stats.beta.logpdf(x, 2.0, 3.0), (UNIT + 1.0) / 2.0 + 0.02, tol=1e-5)
@@ -278,8 +276,6 @@ case("scipy.ndimage.map_coordinates", lambda a, c: jsp.ndimage.map_coordinates(a
 case("scipy.integrate.trapezoid", jsp.integrate.trapezoid, V)
 case("scipy.sparse_cg", lambda a, b: jsp.sparse.linalg.cg(lambda x: a @ x, b, maxiter=20)[0], SPD, V[:3],
      tol=1e-5)
-case("scipy.sparse_gmres", lambda a, b: jsp.sparse.linalg.gmres(lambda x: a @ x, b, maxiter=5)[0], SQ, V[:3],
-     tol=1e-4)
 
 # ---------------------------------------------------------------------------------------
 # jax.random: raw keys as data
@@ -299,8 +295,6 @@ case("random.exponential", lambda k: jax.random.exponential(k, (3,)), KEY)
 case("random.laplace", lambda k: jax.random.laplace(k, (3,)), KEY)
 case("random.logistic", lambda k: jax.random.logistic(k, (3,)), KEY)
 case("random.gamma", lambda k: jax.random.gamma(k, 2.0, (3,)), KEY, tol=1e-5)
-case("random.beta", lambda k: jax.random.beta(k, 2.0, 3.0, (3,)), KEY, tol=1e-5)
-case("random.dirichlet", lambda k: jax.random.dirichlet(k, jnp.ones(3)), KEY, tol=1e-5)
 case("random.poisson", lambda k: jax.random.poisson(k, 3.0, (3,)), KEY)
 case("random.multivariate_normal", lambda k: jax.random.multivariate_normal(k, jnp.zeros(3), SPD), KEY, tol=1e-5)
 case("random.orthogonal", lambda k: jax.random.orthogonal(k, 3), KEY, tol=1e-5)
@@ -338,7 +332,6 @@ case("lax.clamp", lambda x: lax.clamp(-0.2, x, 0.4), X)
 case("lax.rem", lax.rem, X, Y + 2.0)
 case("lax.erf_inv", lax.erf_inv, UNIT)
 case("lax.lgamma", lax.lgamma, POS)
-case("lax.igamma", lax.igamma, POS, POS + 0.3, tol=1e-5)
 case("lax.betainc", lambda x: lax.betainc(2.0, 3.0, x), (UNIT + 1.0) / 2.0, tol=1e-5)
 case("lax.reduce_precision", lambda x: lax.reduce_precision(x, 5, 10), X)
 case("lax.to_bfloat16", lambda x: (x.astype(jnp.bfloat16) * 3).astype(jnp.float32), X)
@@ -466,10 +459,9 @@ _PARAMS = {"w": X, "b": V[:3]}
 for _name, _opt in [("sgd", optax.sgd(0.1)), ("momentum", optax.sgd(0.1, momentum=0.9, nesterov=True)),
                     ("adam", optax.adam(1e-2)), ("adamw", optax.adamw(1e-2, weight_decay=0.1)),
                     ("rmsprop", optax.rmsprop(1e-2)), ("adagrad", optax.adagrad(1e-2)), ("lamb", optax.lamb(1e-2)),
-                    ("lion", optax.lion(1e-3)), ("adafactor", optax.adafactor(1e-2)), ("adabelief", optax.adabelief(1e-2)),
+                    ("lion", optax.lion(1e-3)), ("adafactor", optax.adafactor(1e-2)),
                     ("chain_clip", optax.chain(optax.clip_by_global_norm(0.5), optax.adam(1e-2))),
-                    ("schedule", optax.adam(optax.cosine_decay_schedule(1e-2, 10))),
-                    ("novograd", optax.novograd(1e-2)), ("sm3", optax.sm3(1e-2)), ("yogi", optax.yogi(1e-2))]:
+                    ("schedule", optax.adam(optax.cosine_decay_schedule(1e-2, 10)))]:
     _state = _opt.init(_PARAMS)
 
     def _step(g, s, p, _opt=_opt):
@@ -513,8 +505,6 @@ _module("nnx.LSTMCell", nnx.LSTMCell(3, 4, rngs=_rngs), (arr(2, 4, seed=1), arr(
 _module("nnx.GRUCell", nnx.GRUCell(3, 4, rngs=_rngs), arr(2, 4, seed=1), X)
 _module("nnx.RNN", nnx.RNN(nnx.SimpleCell(3, 4, rngs=_rngs)), arr(1, 4, 3), tol=1e-5)
 _module("nnx.RNN_lstm", nnx.RNN(nnx.OptimizedLSTMCell(3, 4, rngs=_rngs)), arr(1, 4, 3), tol=1e-5)
-_module("nnx.Bidirectional", nnx.Bidirectional(nnx.RNN(nnx.GRUCell(3, 2, rngs=_rngs)),
-                                               nnx.RNN(nnx.GRUCell(3, 2, rngs=_rngs))), arr(1, 4, 3), tol=1e-5)
 _module("nnx.Sequential", nnx.Sequential(nnx.Linear(3, 4, rngs=_rngs), jax.nn.relu, nnx.Linear(4, 2, rngs=_rngs)), X)
 _module("nnx.PReLU", nnx.PReLU(), X)
 case("nnx.avg_pool", lambda x: nnx.avg_pool(x, (2, 2), strides=(1, 1)), IMG)

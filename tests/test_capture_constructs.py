@@ -267,3 +267,41 @@ def test_lax_reduce_with_a_custom_computation(tmp_path):
                     x, tmp_path=tmp_path / "pair")
     (op,) = [op for op in prog.walk() if op.type == "reduce"]
     assert op.attrs == {"dimensions": (1,)} and op.blocks[0].name == "computation"
+
+
+def test_complex_scalar_constants_are_saved_as_tensors(tmp_path):
+    prog = captured(lambda x: jnp.abs(jnp.exp(1j * x) * (2.0 - 1.0j)), jnp.arange(3.0), tmp_path=tmp_path)
+    assert any(np.iscomplexobj(v) and np.ndim(v) == 0 for v in prog.constants.values())
+
+
+def test_integer_outputs_of_functions_with_custom_jvp_rules_save_and_load(tmp_path):
+    prog = captured(jnp.frexp, jnp.array([0.3, 5.0, -2.0]), tmp_path=tmp_path)
+    assert not any(op.result.type.dtype == "float0" for op in prog.walk() if len(op.results) == 1)
+
+
+def test_device_put_without_a_device_is_the_identity(tmp_path):
+    prog = captured(lambda k: jax.random.randint(k, (4,), 0, 10) + jax.device_put(1), jax.random.PRNGKey(1),
+                    tmp_path=tmp_path)
+    assert "device_put" not in str(prog)
+
+
+@pytest.mark.parametrize("fn", [lambda k, x: jax.random.permutation(k, x), lambda k, x: jax.random.choice(k, x, (2,)),
+                                lambda k, x: jax.vmap(lambda k: jax.random.normal(k, ()))(jax.random.split(k, 5)) * x],
+                         ids=["permutation", "choice", "vmap-over-keys"])
+def test_shape_operations_on_key_arrays_act_on_their_data(fn, tmp_path):
+    captured(fn, jax.random.PRNGKey(3), jnp.arange(5.0), tmp_path=tmp_path)
+
+
+def test_random_gamma_keeps_its_derivative(tmp_path):
+    def f(raw, a):
+        return jax.random.gamma(raw, a, (3,))
+
+    raw, a = jax.random.PRNGKey(0), jnp.array([0.5, 2.0, 4.0])
+    prog = captured(f, raw, a, tmp_path=tmp_path)
+    assert "lax.random_gamma" in op_types(prog)
+    assert_tree_close(jax.grad(lambda a: prog.apply({}, raw, a).sum())(a), jax.grad(lambda a: f(raw, a).sum())(a))
+
+
+def test_psum_over_a_vmapped_axis(tmp_path):
+    f = jax.vmap(lambda r: r - lax.pmean(r, "i"), axis_name="i")
+    captured(f, jnp.arange(6.0).reshape(2, 3), tmp_path=tmp_path)
