@@ -2,8 +2,14 @@
 
 ``trace`` runs ``jax.make_jaxpr`` over (parameters, inputs) and converts the jaxpr: our
 primitives become registry ops, other JAX primitives become generic ``lax.*`` ops carrying
-their parameters, nested calls (``jit``, remat) are inlined and ``cond``/``while``/``scan``
-become ops with sub-blocks. Functions with custom derivative rules (``jax.custom_jvp``,
+their parameters, nested calls (``jit``) are inlined, ``jax.checkpoint`` is inlined as a remat
+segment, and ``cond``/``while``/``scan``, ``lax.reduce`` with a custom computation and
+``custom_linear_solve`` (``jnp.linalg.solve``, ``inv``) become ops with sub-blocks. Jaxprs a
+primitive carries but that follow from its name (a combining scatter's update function) are
+left out and rebuilt when the program runs. Typed PRNG keys are held by their raw data
+(``uint32[..., 2]``) and jax.random's key operations by their computation on it, so raw keys
+go into ``jax.random`` functions as data; the program's own inputs and outputs are never
+typed keys. Functions with custom derivative rules (``jax.custom_jvp``,
 ``jax.custom_vjp``) become ``custom_jvp`` / ``custom_vjp`` ops holding the primal
 computation and the rule as sub-blocks, so gradients of the program use the rule. A rule
 usually calls its own function again (``jax.nn.relu``'s rule computes ``relu(x)``), which
