@@ -9,3 +9,53 @@ os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="p
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+import weakref  # noqa: E402
+
+import pytest  # noqa: E402
+
+from paddlejax.ir import core, parser  # noqa: E402
+
+# Every program a test builds, traces, loads or rewrites must read back from its printed text:
+# print -> parse -> print gives the same text (checked when the test ends, on the program as the
+# test left it). Programs a test breaks on purpose (dangling values, unknown ops) are those the
+# verifier refuses; they are left out.
+_PROGRAMS: "weakref.WeakSet[core.Program]" = weakref.WeakSet()
+_program_init = core.Program.__init__
+
+
+def _tracked_init(self, *args, **kwargs):
+    _program_init(self, *args, **kwargs)
+    _PROGRAMS.add(self)
+
+
+core.Program.__init__ = _tracked_init
+
+
+def _round_trip_problem(program: core.Program) -> str | None:
+    try:
+        text = program.format(locs=True)
+    except Exception:  # a program left broken on purpose cannot even print
+        return None
+    try:
+        again = parser.parse(text, params=program.params, constants=program.constants, verify=False)
+        if again.format(locs=True) == text:
+            return None
+        problem = "prints differently after parsing"
+    except parser.ParseError as e:
+        problem = f"does not parse: {e}"
+    try:
+        program.verify()
+    except Exception:  # the verifier refuses it (VerificationError), or worse: broken on purpose
+        return None
+    return f"program {program.name!r} {problem}"
+
+
+@pytest.fixture(autouse=True)
+def _programs_read_back_from_their_text():
+    _PROGRAMS.clear()
+    yield
+    problems = [p for p in map(_round_trip_problem, list(_PROGRAMS)) if p]
+    _PROGRAMS.clear()
+    if problems:
+        pytest.fail("print -> parse -> print: " + "; ".join(dict.fromkeys(problems)), pytrace=False)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 
+import jax
+
 from paddlejax.ir.attrs import format_value
 from paddlejax.ir.core import Block, Op, Program, Value
 from paddlejax.ops import registry
@@ -65,8 +67,16 @@ def format_attrs(op: Op) -> str:
     opdef = registry.lookup(op.type)
     keys = list(opdef.attrs) if opdef is not None else sorted(op.attrs)
     keys += [k for k in op.attrs if k not in keys]
-    items = [f"{k}={format_value(op.attrs[k])}" for k in keys if k in op.attrs and op.attrs[k] is not None]
+    items = [f"{k}={format_value(_as_declared(opdef, k, op.attrs[k]))}" for k in keys
+             if k in op.attrs and op.attrs[k] is not None]
     return " {" + ", ".join(items) + "}" if items else ""
+
+
+def _as_declared(opdef, key: str, value):
+    """A registry op's dtype attribute prints as a dtype, however it is held (the registry
+    keeps the name, passes may set a ``np.dtype``): one text for one meaning."""
+    spec = opdef.attrs.get(key) if opdef is not None else None
+    return jax.numpy.dtype(value) if spec is not None and spec.kind == "dtype" else value
 
 
 def _op_lines(op: Op, namer: Namer, indent: str, locs: bool) -> list[str]:

@@ -25,7 +25,7 @@ program @block(%x: f32[b,4], %y: f32[b,4], %w: f32[4,3]) -> (f32[b,3], f32[4,b],
   %1 = sigmoid(%0) : f32[b,4]
   %2 = matmul(%1, %w) {transpose_x=False, transpose_y=False} : f32[b,3]
   %3 = transpose(%x) {perm=(1, 0)} : f32[4,b]
-  %4 = cast(%y) {dtype="int32"} : i32[b,4]
+  %4 = cast(%y) {dtype=int32} : i32[b,4]
   %5 = lax.div(%4, %4) : i32[b,4]
   %6 = elementwise_max(%x, %y) : f32[b,4]
   return %2, %3, %5, %6
