@@ -54,15 +54,6 @@ def _spec(x) -> InputSpec:
     return InputSpec((None, *x.shape[1:]), jnp.result_type(x).name)
 
 
-def _local_rows(out: jax.Array) -> np.ndarray:
-    """The rows of a batch-sharded result that live on this process, in order (all of them in a
-    single process)."""
-    if out.is_fully_addressable:
-        return np.asarray(out)
-    pieces = {shard.index[0].start or 0: shard.data for shard in out.addressable_shards}
-    return np.concatenate([np.asarray(pieces[start]) for start in sorted(pieces)])
-
-
 class Trainer:
     """Train, evaluate and run an NNX model (a ``paddlejax.nn`` layer or any ``nnx.Module``).
 
@@ -99,6 +90,10 @@ class Trainer:
             evaluation and several processes), or with ``pp_degree`` / ``pipeline.stages`` > 1
             pipeline parallel (:class:`~paddlejax.train.steps.pipeline_parallel.PipelineParallelStep`:
             stages, micro-batches, schedules, ZeRO-1); loss and metrics are those of the whole batch.
+
+    Once built: ``state`` (a :class:`~paddlejax.train.state.TrainState`), ``step_builder`` (the
+    strategy's :class:`~paddlejax.train.steps.StepBuilder`), ``train_program`` / ``eval_program``,
+    ``history`` and ``checkpoints`` (the ``checkpoint_dir``'s manager, or None).
     """
 
     def __init__(self, model, optimizer: optax.GradientTransformation | None = None, loss="cross_entropy",
@@ -344,7 +339,8 @@ class Trainer:
             inputs = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             inputs = inputs[:len(self.specs)] if self.specs else inputs
             self._build(inputs)
-            outs.append(jax.tree.map(_local_rows, self._predict_step(self.state, self.step_builder.spread(inputs))))
+            outs.append(jax.tree.map(self.step_builder.host_rows,
+                                     self._predict_step(self.state, self.step_builder.spread(inputs))))
         return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
 
     def inference_program(self) -> Program:

@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from paddlejax.ir.core import Program
@@ -144,6 +145,11 @@ class StepBuilder:
     def spread(self, batch):
         """An evaluation or prediction batch, placed for the jitted forward pass."""
         return batch
+
+    def host_rows(self, out: jax.Array) -> np.ndarray:
+        """The rows of a prediction (the forward pass of a :meth:`spread` batch) that this
+        process holds, as a NumPy array."""
+        return np.asarray(out)
 
     def update(self, objective: Objective, tx: optax.GradientTransformation, state: TrainState, inputs,
                labels) -> Update:

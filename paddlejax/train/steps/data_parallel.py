@@ -70,6 +70,13 @@ class DataParallelStep(StepBuilder):
             return batch
         return self.dp.shard_batch(batch)
 
+    def host_rows(self, out: jax.Array) -> np.ndarray:
+        """This process's rows of a batch-sharded result, in order (all of them in a single process)."""
+        if out.is_fully_addressable:
+            return np.asarray(out)
+        pieces = {shard.index[0].start or 0: shard.data for shard in out.addressable_shards}
+        return np.concatenate([np.asarray(pieces[start]) for start in sorted(pieces)])
+
     def update(self, objective: Objective, tx: optax.GradientTransformation, state: TrainState, inputs,
                labels) -> Update:
         """Per device, under ``shard_map``: local gradients, averaged (or merged); the update (of
