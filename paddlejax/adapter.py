@@ -436,15 +436,15 @@ def key_computation(eqn):
         return lambda data: data
     if name == "random_seed":
         return functools.partial(prng.random_seed_impl_base, impl=params["impl"])
+    if name not in KEY_PRIMITIVES:
+        return _key_shape_op(eqn)
     impl, ndim = aval.dtype._impl, aval.ndim  # a key dtype names its implementation only here
     if name == "random_split":
         return lambda data: prng.random_split_impl_base(impl, data, ndim, shape=params["shape"])
     if name == "random_bits":
         return lambda data: prng.random_bits_impl_base(impl, data, ndim, bit_width=params["bit_width"],
                                                        shape=params["shape"])
-    if name == "random_fold_in":
-        return lambda data, msgs: prng.random_fold_in_impl_base(impl, data, msgs, aval.shape)
-    return _key_shape_op(eqn)
+    return lambda data, msgs: prng.random_fold_in_impl_base(impl, data, msgs, aval.shape)
 
 
 def _key_shape_op(eqn):
@@ -455,7 +455,7 @@ def _key_shape_op(eqn):
     tail = key_data_aval(out).shape[out.ndim:]
     k, n = len(tail), out.ndim
     own = tuple(range(n, n + k))  # the positions of the key words in the result
-    if name in ("copy", "copy_p", "squeeze", "rev", "concatenate", "random_clone"):
+    if name in ("copy", "copy_p", "squeeze", "rev", "concatenate", "stack", "unstack", "random_clone"):
         return lambda *xs: eqn.primitive.bind(*xs, **p)
     if name == "slice":
         strides = None if p["strides"] is None else (*p["strides"], *[1] * k)

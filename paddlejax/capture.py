@@ -292,8 +292,9 @@ def _input_name(path, arg_names, x) -> str:
     return f"{base}.{rest}" if rest else base
 
 
-# Primitives whose sub-jaxpr is inlined: plain calls and remat (a pass decides). A custom
-# derivative whose rule cannot be captured is inlined too, with a CaptureWarning.
+# Primitives whose sub-jaxpr is inlined: plain calls and remat (its ops marked as one remat
+# segment, see _REMAT). A custom derivative whose rule cannot be captured is inlined too, with
+# a CaptureWarning.
 _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
            "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "custom_lin": None,
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr"}

@@ -224,10 +224,10 @@ def test_typed_keys_at_the_program_boundary_are_refused_with_advice():
         pj.trace(lambda key: jax.random.normal(key, (2,)), jax.random.key(0))
     with pytest.raises(pj.CaptureError, match=r"output 0 is a typed PRNG key.*key_data"):
         pj.trace(lambda raw: jax.random.wrap_key_data(raw), jax.random.PRNGKey(0))
-    with pytest.raises(pj.CaptureError, match=r"test_capture_constructs\.py:\d+: 'select_n' on an array of typed "
+    with pytest.raises(pj.CaptureError, match=r"test_capture_constructs\.py:\d+: 'scatter' on an array of typed "
                                               r"PRNG keys.*key_data"):
-        pj.trace(lambda raw, c: jax.random.normal(lax.select(c, jax.random.wrap_key_data(raw), jax.random.key(1)), ()),
-                 jax.random.PRNGKey(0), jnp.bool_(True))
+        pj.trace(lambda raw: jax.random.normal(jax.random.split(jax.random.wrap_key_data(raw), 3).at[0].set(
+            jax.random.key(1))[0], ()), jax.random.PRNGKey(0))
 
 
 def _pure(module):
@@ -286,8 +286,10 @@ def test_device_put_without_a_device_is_the_identity(tmp_path):
 
 
 @pytest.mark.parametrize("fn", [lambda k, x: jax.random.permutation(k, x), lambda k, x: jax.random.choice(k, x, (2,)),
-                                lambda k, x: jax.vmap(lambda k: jax.random.normal(k, ()))(jax.random.split(k, 5)) * x],
-                         ids=["permutation", "choice", "vmap-over-keys"])
+                                lambda k, x: jax.vmap(lambda k: jax.random.normal(k, ()))(jax.random.split(k, 5)) * x,
+                                lambda k, x: x * jax.random.normal(lax.select(x[1] > 0, jax.random.wrap_key_data(k),
+                                                                              jax.random.key(1)), ())],
+                         ids=["permutation", "choice", "vmap-over-keys", "select"])
 def test_shape_operations_on_key_arrays_act_on_their_data(fn, tmp_path):
     captured(fn, jax.random.PRNGKey(3), jnp.arange(5.0), tmp_path=tmp_path)
 
