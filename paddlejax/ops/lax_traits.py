@@ -198,7 +198,7 @@ def _declare() -> dict[str, Traits]:
     add(("rng_uniform",), pure=False)
     # a barrier exists to stop XLA moving work across it; CSE or DCE removing it would too
     add(("optimization_barrier",), pure=False)
-    add(("platform_index", "dim_as_value", "stop_gradient", "zeros_like"))
+    add(("platform_index", "dim_as_value", "stop_gradient", "zeros_like", "empty"))
     # collectives over a mesh axis inside shard_map: values from other devices, elementwise
     add(("psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute", "axis_index"))
     for name, saved in _SAVED.items():
