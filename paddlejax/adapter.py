@@ -479,7 +479,8 @@ def _key_shape_op(eqn):
     if name == "gather":
         dn = p["dimension_numbers"]
         dn = dn._replace(offset_dims=(*dn.offset_dims, *own))
-        return lambda x, i: jax.lax.gather(x, i, dn, (*p["slice_sizes"], *tail), indices_are_sorted=p["indices_are_sorted"],
+        return lambda x, i: jax.lax.gather(x, i, dn, (*p["slice_sizes"], *tail),
+                                           indices_are_sorted=p["indices_are_sorted"],
                                            unique_indices=p["unique_indices"], mode=p["mode"],
                                            fill_value=p["fill_value"])
     return None

@@ -55,10 +55,9 @@ IMG = arr(1, 5, 5, 2, seed=6)
 # ---------------------------------------------------------------------------------------
 # jax.numpy: elementwise
 
-for _name in ["sin", "cos", "tan", "arctan", "sinh", "cosh", "tanh", "arcsinh", "exp", "exp2", "expm1",
-              "cbrt", "square", "abs", "sign", "floor", "ceil", "round", "trunc", "rint", "negative",
-              "deg2rad", "rad2deg", "sinc", "i0", "signbit", "isnan", "isinf", "isfinite",
-              "nan_to_num", "logical_not", "spacing"]:
+for _name in ["sin", "cos", "tan", "arctan", "sinh", "cosh", "tanh", "arcsinh", "exp", "expm1", "cbrt",
+              "square", "abs", "sign", "floor", "ceil", "round", "trunc", "negative", "deg2rad", "rad2deg",
+              "sinc", "i0", "signbit", "isnan", "isfinite", "nan_to_num", "logical_not", "spacing"]:
     case(f"jnp.{_name}", getattr(jnp, _name), X)
 for _name in ["log", "log2", "log10", "log1p", "sqrt", "reciprocal", "arccosh"]:
     case(f"jnp.{_name}", getattr(jnp, _name), POS + 1.0)
@@ -73,9 +72,8 @@ case("jnp.bitwise_count", jnp.bitwise_count, ints(4, hi=100))
 case("jnp.isclose", lambda x, y: jnp.isclose(x, y, atol=0.5), X, Y)
 
 # binary
-for _name in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin",
-              "arctan2", "hypot", "logaddexp", "logaddexp2", "copysign", "nextafter", "greater", "less",
-              "equal", "not_equal", "remainder", "fmod", "floor_divide"]:
+for _name in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "arctan2", "hypot",
+              "logaddexp", "copysign", "nextafter", "greater", "equal", "remainder", "fmod", "floor_divide"]:
     case(f"jnp.{_name}", getattr(jnp, _name), X, Y + 1.5)
 case("jnp.power", jnp.power, POS, Y)
 case("jnp.float_power", jnp.float_power, POS, Y)
@@ -94,8 +92,7 @@ case("jnp.polyval", lambda p, x: jnp.polyval(p, x), V[:3], X)
 
 # reductions
 for _name in ["sum", "mean", "var", "std", "prod", "max", "min", "argmax", "argmin", "all", "any", "ptp",
-              "median", "nansum", "nanmean", "nanmax", "nanmin", "nanstd", "count_nonzero", "cumsum", "cumprod",
-              "nancumsum"]:
+              "median", "nansum", "nanmean", "nanmax", "count_nonzero", "cumsum", "cumprod", "nancumsum"]:
     case(f"jnp.{_name}", functools.partial(getattr(jnp, _name), axis=1), X)
 case("jnp.sum_all", jnp.sum, X)
 case("jnp.mean_keepdims", lambda x: jnp.mean(x, axis=0, keepdims=True), X)
@@ -172,7 +169,6 @@ case("jnp.nonzero", lambda i: jnp.nonzero(i, size=5), IDX)
 case("jnp.argwhere", lambda x: jnp.argwhere(x > 0, size=4), X)
 case("jnp.bincount", lambda i: jnp.bincount(i, length=5), IDX)
 case("jnp.histogram", lambda x: jnp.histogram(x, bins=4, range=(-1.0, 1.0)), V)
-case("jnp.histogram2d", lambda x, y: jnp.histogram2d(x, y, bins=2, range=((-1, 1), (-1, 1)))[0], V, V[::-1])
 case("jnp.isin", lambda i: jnp.isin(i, jnp.array([2, 4])), IDX)
 case("jnp.setdiff1d", lambda a, b: jnp.setdiff1d(a, b, size=4, fill_value=-1), IDX, jnp.array([2, 9]))
 case("jnp.union1d", lambda a, b: jnp.union1d(a, b, size=6, fill_value=-1), IDX, jnp.array([2, 9]))
@@ -213,7 +209,6 @@ case("linalg.eig", lambda a: jnp.abs(jnp.linalg.eig(a)[0]), SQ, tol=1e-5)
 case("linalg.cond", jnp.linalg.cond, SQ, tol=1e-5)
 case("linalg.multi_dot", lambda a, b, c: jnp.linalg.multi_dot([a, b, c]), X, Y.T, SQ[:2])
 case("linalg.matrix_norm", lambda a: jnp.linalg.matrix_norm(a, ord=1), SQ)
-case("linalg.tensorinv", lambda a: jnp.linalg.tensorinv(a.reshape(3, 3), ind=1), SQ, tol=1e-5)
 
 # fft (complex values)
 case("fft.fft", jnp.fft.fft, V, tol=1e-5)
@@ -231,9 +226,9 @@ case("complex.angle", lambda x, y: jnp.angle(x + 1j * y), X, Y)
 # ---------------------------------------------------------------------------------------
 # jax.nn
 
-for _name in ["relu", "relu6", "sigmoid", "softplus", "soft_sign", "silu", "elu", "selu", "celu",
-              "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "log_sigmoid", "log_softmax", "softmax",
-              "standardize", "logsumexp", "mish", "squareplus", "sparse_plus", "sparse_sigmoid", "glu"]:
+for _name in ["relu", "sigmoid", "softplus", "soft_sign", "silu", "elu", "selu", "leaky_relu", "hard_tanh",
+              "hard_sigmoid", "hard_silu", "log_sigmoid", "log_softmax", "softmax", "standardize",
+              "logsumexp", "mish", "squareplus", "sparse_plus", "sparse_sigmoid", "glu"]:
     case(f"nn.{_name}", getattr(jax.nn, _name), arr(2, 4, seed=8) * 3)
 case("nn.gelu_tanh", lambda x: jax.nn.gelu(x, approximate=True), X)
 case("nn.gelu_exact", lambda x: jax.nn.gelu(x, approximate=False), X)
@@ -247,7 +242,6 @@ case("nn.initializers", lambda x: x + jax.nn.initializers.glorot_uniform()(jax.r
 for _name in ["erf", "erfc", "expit", "gammaln", "digamma", "ndtr", "log_ndtr", "i0e", "i1e", "entr"]:
     case(f"scipy.special.{_name}", getattr(jsp.special, _name), X)
 case("scipy.special.erfinv", jsp.special.erfinv, UNIT)
-case("scipy.special.ndtri", jsp.special.ndtri, (UNIT + 1.0) / 2.0 + 0.02)
 case("scipy.special.logit", jsp.special.logit, (UNIT + 1.0) / 2.0 + 0.02)
 case("scipy.special.xlogy", jsp.special.xlogy, POS, POS + 0.5)
 case("scipy.special.xlog1py", jsp.special.xlog1py, POS, POS)
@@ -345,7 +339,6 @@ case("lax.round_away", lambda x: lax.round(x * 3, lax.RoundingMethod.AWAY_FROM_Z
 case("lax.round_even", lambda x: lax.round(x * 3, lax.RoundingMethod.TO_NEAREST_EVEN), X)
 case("lax.approx_max_k", lambda x: lax.approx_max_k(x, 2), V)
 case("lax.nextafter", lax.nextafter, X, Y)
-case("lax.cbrt", lax.cbrt, X)
 case("lax.expand_dims", lambda x: lax.expand_dims(x, (1,)), X)
 case("lax.collapse", lambda x: lax.collapse(x, 1, 3), IMG)
 case("lax.dot_general_batch", lambda a, b: lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))),
@@ -415,7 +408,8 @@ case("tf.jvp", lambda x, t: jax.jvp(jnp.tanh, (x,), (t,)), X, Y)
 case("tf.vjp", lambda x, g: jax.vjp(jnp.sin, x)[1](g), X, Y)
 case("tf.linearize", lambda x, t: jax.linearize(jnp.exp, x)[1](t), X, Y)
 case("tf.checkpoint", jax.checkpoint(lambda x: jnp.sin(jnp.sin(x)) * x), X)
-case("tf.checkpoint_policy", jax.checkpoint(lambda x: jnp.tanh(x @ x.T), policy=jax.checkpoint_policies.dots_saveable), X)
+case("tf.checkpoint_policy", jax.checkpoint(lambda x: jnp.tanh(x @ x.T),
+                                            policy=jax.checkpoint_policies.dots_saveable), X)
 case("tf.remat_in_scan", lambda x: lax.scan(jax.checkpoint(lambda c, a: (jnp.sin(c) + a, c)), 0.0, x), V)
 case("tf.custom_jvp", lambda x: _clipped_log(x) * 2, POS)
 case("tf.custom_vjp", lambda x: _scaled_grad(jnp.sin(x)), X)
@@ -445,20 +439,17 @@ case("optax.log_cosh", optax.log_cosh, X, Y)
 case("optax.softmax_cross_entropy", optax.softmax_cross_entropy, LOGITS, LABELS)
 case("optax.softmax_ce_int", lambda l: optax.softmax_cross_entropy_with_integer_labels(l, jnp.array([0, 3, 1])), LOGITS)
 case("optax.sigmoid_bce", optax.sigmoid_binary_cross_entropy, LOGITS, LABELS)
-case("optax.sigmoid_focal", optax.sigmoid_focal_loss, LOGITS, LABELS)
 case("optax.hinge", lambda l: optax.hinge_loss(l, jnp.sign(LABELS - 0.5)), LOGITS)
 case("optax.cosine_distance", optax.cosine_distance, X, Y)
 case("optax.kl_divergence", lambda a, b: optax.kl_divergence(jax.nn.log_softmax(a), jax.nn.softmax(b)), X, Y)
 case("optax.smooth_labels", lambda l: optax.smooth_labels(l, 0.1), LABELS)
 case("optax.poly_loss", lambda l: optax.losses.poly_loss_cross_entropy(l, LABELS), LOGITS)
-case("optax.ctc_loss", lambda l: optax.ctc_loss(l, jnp.zeros((1, 5)), jnp.array([[1, 2, 0]]), jnp.zeros((1, 3))),
-     arr(1, 5, 4, seed=11), tol=1e-5)
 case("optax.global_norm", lambda t: optax.global_norm(t), {"a": X, "b": V})
 
 _PARAMS = {"w": X, "b": V[:3]}
 for _name, _opt in [("sgd", optax.sgd(0.1)), ("momentum", optax.sgd(0.1, momentum=0.9, nesterov=True)),
                     ("adam", optax.adam(1e-2)), ("adamw", optax.adamw(1e-2, weight_decay=0.1)),
-                    ("rmsprop", optax.rmsprop(1e-2)), ("adagrad", optax.adagrad(1e-2)), ("lamb", optax.lamb(1e-2)),
+                    ("rmsprop", optax.rmsprop(1e-2)), ("adagrad", optax.adagrad(1e-2)),
                     ("lion", optax.lion(1e-3)), ("adafactor", optax.adafactor(1e-2)),
                     ("chain_clip", optax.chain(optax.clip_by_global_norm(0.5), optax.adam(1e-2))),
                     ("schedule", optax.adam(optax.cosine_decay_schedule(1e-2, 10)))]:
@@ -504,7 +495,6 @@ _module("nnx.Dropout_train", nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=1)), X)
 _module("nnx.LSTMCell", nnx.LSTMCell(3, 4, rngs=_rngs), (arr(2, 4, seed=1), arr(2, 4, seed=2)), X)
 _module("nnx.GRUCell", nnx.GRUCell(3, 4, rngs=_rngs), arr(2, 4, seed=1), X)
 _module("nnx.RNN", nnx.RNN(nnx.SimpleCell(3, 4, rngs=_rngs)), arr(1, 4, 3), tol=1e-5)
-_module("nnx.RNN_lstm", nnx.RNN(nnx.OptimizedLSTMCell(3, 4, rngs=_rngs)), arr(1, 4, 3), tol=1e-5)
 _module("nnx.Sequential", nnx.Sequential(nnx.Linear(3, 4, rngs=_rngs), jax.nn.relu, nnx.Linear(4, 2, rngs=_rngs)), X)
 _module("nnx.PReLU", nnx.PReLU(), X)
 case("nnx.avg_pool", lambda x: nnx.avg_pool(x, (2, 2), strides=(1, 1)), IMG)

@@ -14,7 +14,8 @@ from flax import nnx
 
 import paddlejax as pj
 
-_spec = importlib.util.spec_from_file_location("capture_sweep_cases", Path(__file__).with_name("capture_sweep_cases.py"))
+_spec = importlib.util.spec_from_file_location("capture_sweep_cases",
+                                               Path(__file__).with_name("capture_sweep_cases.py"))
 cases = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(cases)
 CASES = cases.CASES
