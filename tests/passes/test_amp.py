@@ -71,6 +71,16 @@ def test_custom_lists_and_float16():
     assert linear.result.type.dtype == "float32" and matmul.result.type.dtype == "float16"
 
 
+def test_lists_name_only_ops_that_exist_and_not_both_ways():
+    prog = pj.trace(mlp, pj.InputSpec((None, 4)), params=params())
+    with pytest.raises(pj.passes.PassError, match=r"unknown op types \['gelux'\]"):
+        pj.passes.run(prog, "amp{black=gelux}")
+    with pytest.raises(pj.passes.PassError, match="'linear' is in both 'white' and 'black'"):
+        pj.passes.run(prog, "amp{white=linear:relu,black=linear}")
+    low = pj.passes.run(prog, "amp{white=lax.add:log_softmax}")
+    assert next(op for op in low.walk() if op.type == "log_softmax").result.type.dtype == "bfloat16"
+
+
 def test_unknown_dtype_is_refused():
     prog = pj.trace(mlp, pj.InputSpec((None, 4)), params=params())
     with pytest.raises(pj.passes.PassError, match="amp: dtype expects one of"):
