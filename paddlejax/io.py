@@ -273,8 +273,9 @@ def _tree_from_json(data, where: str, depth: int = 0):
     raise ProgramFormatError(f"{where}: bad pytree node kind {kind!r}")
 
 
-_CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
-                         r"(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# module:qualname; a class defined in a function has <locals> in its qualname
+_CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:([A-Za-z_]\w*|<locals>)(\.([A-Za-z_]\w*|<locals>))*",
+                         re.ASCII)
 
 
 def _namedtuple_class(path: str, fields: tuple, where: str) -> type:
@@ -285,6 +286,7 @@ def _namedtuple_class(path: str, fields: tuple, where: str) -> type:
     _Doc.need(len(fields) <= 256 and all(f.isidentifier() and not f.startswith("_") for f in fields),
               where, "named tuple fields must be identifiers")
     module, qualname = path.split(":")
+    _Doc.need(qualname.rsplit(".", 1)[-1].isidentifier(), where, f"bad class name {path[:80]!r}")
     obj = sys.modules.get(module)
     for part in qualname.split("."):
         obj = vars(obj).get(part) if isinstance(obj, (type, types.ModuleType)) else None

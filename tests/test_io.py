@@ -458,3 +458,34 @@ def test_complex_values_and_complex64_tensors_round_trip(tmp_path):
     prog = pj.trace(lambda a: (jnp.linalg.eigvals(a).real.sum() * c).real, 2 * jnp.eye(2))
     pj.save(prog, tmp_path / "m")
     np.testing.assert_allclose(pj.load(tmp_path / "m")(2 * jnp.eye(2)), [4.0, 0.0])
+
+
+def test_named_tuples_of_local_classes_save_and_load(tmp_path):
+    import collections
+
+    Pair = collections.namedtuple("Pair", ["low", "high"])
+    prog = pj.trace(lambda x: Pair(jnp.min(x), jnp.max(x)), jnp.arange(3.0))
+    pj.save(prog, tmp_path / "m")
+    out = pj.load(tmp_path / "m")(jnp.arange(3.0))
+    assert type(out).__name__ == "Pair" and (float(out.low), float(out.high)) == (0.0, 2.0)
+
+
+@pytest.mark.parametrize("node", [
+    {"namedtuple": {"class": "os:system()", "fields": {"a": "*"}}},
+    {"namedtuple": {"class": "m:<locals>", "fields": {"a": "*"}}},
+    {"namedtuple": {"class": "m:T", "fields": {"__class__": "*"}}},
+    {"namedtuple": {"class": "m:T", "fields": ["*"]}},
+    {"namedtuple": {"class": "m:T"}},
+])
+def test_malformed_named_tuples_are_refused(saved, node):
+    _, path = saved
+    edit(path, lambda d: d.update(output_tree=node))
+    with pytest.raises(ProgramFormatError, match="output_tree"):
+        pj.load(path)
+
+
+def test_a_named_tuple_never_resolves_to_what_is_not_a_named_tuple_class(saved):
+    _, path = saved
+    edit(path, lambda d: d.update(output_tree={"namedtuple": {"class": "os:system", "fields": {"a": "*", "b": "*"}}}))
+    out = pj.load(path)(jnp.ones((2, 5, 5, 2)))
+    assert type(out).__name__ == "system" and type(out).__module__ != "os" and out._fields == ("a", "b")
