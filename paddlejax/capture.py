@@ -509,7 +509,7 @@ class _Converter:
                                "threefry2x32, which a program cannot hold; use the default keys")
         if adapter.lax_primitive(name) is not eqn.primitive:
             raise CaptureError(f"{_where(eqn)}: primitive '{name}' is not a JAX primitive paddlejax "
-                               "can capture (only lax primitives and paddlejax ops)")
+                               f"can capture (only lax primitives and paddlejax ops){_ADVICE.get(name, '')}")
         params = dict(params)
         if name.startswith("scatter"):
             if not adapter.is_standard_scatter(name, params):
@@ -530,6 +530,11 @@ class _Converter:
 
 # Primitives that hold typed keys as they are (in sub-jaxprs, or as an operand they keep).
 _KEEPS_KEYS = {"cond", "while", "scan", *_INLINE, *adapter.KEY_OPERAND}
+
+# What to do instead, for primitives that run Python code (a program holds none).
+_CALLBACK = "; a program holds no Python code: compute it with jax functions, or call it outside the traced function"
+_ADVICE = {"pure_callback": _CALLBACK, "io_callback": _CALLBACK, "callback": _CALLBACK,
+           "debug_callback": "; remove the jax.debug.callback call", "debug_print": "; remove the jax.debug.print call"}
 
 # Remat primitives (``jax.checkpoint``), inlined as one remat segment each.
 _REMAT = ("checkpoint", "remat", "remat2")
