@@ -307,3 +307,35 @@ def test_random_gamma_keeps_its_derivative(tmp_path):
 def test_psum_over_a_vmapped_axis(tmp_path):
     f = jax.vmap(lambda r: r - lax.pmean(r, "i"), axis_name="i")
     captured(f, jnp.arange(6.0).reshape(2, 3), tmp_path=tmp_path)
+
+
+def _first(block, kind):
+    for op in block["ops"]:
+        if op["type"] == kind:
+            return op
+        for sub in op.get("blocks", []):
+            found = _first(sub, kind)
+            if found:
+                return found
+    return None
+
+
+@pytest.mark.parametrize("fn,args,kind,change,message", [
+    (jnp.linalg.inv, (jnp.eye(2) * 2,), "custom_linear_solve",
+     lambda op: op["attrs"].update(const_lengths={"tuple": [9, 9, 9, 9]}), "const_lengths"),
+    (jnp.linalg.inv, (jnp.eye(2) * 2,), "custom_linear_solve",
+     lambda op: op["blocks"].pop(1), r"holds blocks \(matvec, solve\)"),
+    (lambda x: lax.reduce(x, 0.0, lambda a, b: a + b * b, (1,)), (jnp.ones((2, 3)),), "reduce",
+     lambda op: op["attrs"].update(dimensions={"tuple": [5]}), "not distinct axes"),
+    (jax.vmap(lambda n: lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1]), (0, 1.0))[1]),
+     (jnp.array([1, 2]),), "while", lambda op: op["blocks"][0]["ops"].__setitem__(
+         -1, {"type": "return", "operands": [op["blocks"][0]["args"][0]["id"]]}), "a bool per row"),
+], ids=["solve-counts", "solve-blocks", "reduce-dims", "while-predicate"])
+def test_malformed_blocks_of_the_new_ops_are_refused_on_load(fn, args, kind, change, message, tmp_path):
+    pj.save(pj.trace(fn, *args), tmp_path / "m")
+    path = tmp_path / "m.json"
+    doc = json.loads(path.read_text())
+    change(_first(doc["body"], kind))
+    path.write_text(json.dumps(doc))
+    with pytest.raises(pj.ProgramFormatError, match=message):
+        pj.load(tmp_path / "m")

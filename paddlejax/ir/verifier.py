@@ -277,9 +277,10 @@ class _Verifier:
                 block = op.blocks[names.index(part)]
                 self.block(block, consts + b)
                 got = [v.type for v in block.results]
-                if got[:len(b)] != b or (part.endswith("matvec") and len(got) != len(b)):
+                linear_map = part in ("matvec", "vecmat")  # the solves may add auxiliary outputs
+                if got[:len(b)] != b or (linear_map and len(got) != len(b)):
                     raise VerificationError(f"block '{part}' returns {_types(got)}, expected {_types(b)}"
-                                            + ("" if part.endswith("matvec") else " and any auxiliary values"))
+                                            + ("" if linear_map else " and any auxiliary values"))
             elif n:
                 raise VerificationError(f"custom_linear_solve has {n} constants for its missing '{part}' block")
         solve = [v.type for v in op.blocks[names.index("solve")].results]
