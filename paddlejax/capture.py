@@ -334,8 +334,9 @@ class _Converter:
             env[var] = self._constant(block, value, var.aval)
 
     def _constant(self, block, value, aval):
-        value = np.asarray(adapter.key_data(value))
         ttype = _type(aval)
+        # NumPy constants may be 64-bit where JAX computes in 32 bits, as jit would cast them
+        value = np.asarray(adapter.key_data(value)).astype(jax.numpy.dtype(ttype.dtype), copy=False)
         if value.ndim == 0 and (value.dtype.kind in "biuf"):
             attrs = {"value": value.item()}
         else:

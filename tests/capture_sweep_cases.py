@@ -157,7 +157,8 @@ case("at.max", lambda x, i: x.at[i].max(0.0), V, IDX)
 case("at.get_fill", lambda x: x.at[jnp.array([0, 7])].get(mode="fill", fill_value=-1.0), V)
 case("at.add_2d", lambda x: x.at[:, 1].add(5.0), X)
 case("at.apply", lambda x, i: x.at[i].apply(jnp.sin), V, IDX,
-     refusal=r"capture_sweep_cases\.py:\d+: 'scatter' applies a function to the scattered elements .*x\.at\[i\]\.set\(f\(x\[i\]\)\)")
+     refusal=r"capture_sweep_cases\.py:\d+: 'scatter' applies a function to the scattered elements "
+             r".*x\.at\[i\]\.set\(f\(x\[i\]\)\)")
 case("jnp.sort", lambda x: jnp.sort(x, axis=1), X)
 case("jnp.argsort", jnp.argsort, V)
 case("jnp.lexsort", lambda a, b: jnp.lexsort((a, b)), ints(5, hi=3), ints(5, hi=3, seed=1))
@@ -263,6 +264,14 @@ case("scipy.linalg.cho_solve", lambda a, b: jsp.linalg.cho_solve(jsp.linalg.cho_
      tol=1e-5)
 case("scipy.linalg.lu_solve", lambda a, b: jsp.linalg.lu_solve(jsp.linalg.lu_factor(a), b), SQ, V[:3], tol=1e-5)
 case("scipy.linalg.lu", lambda a: jsp.linalg.lu(a)[2], SQ, tol=1e-5)
+case("scipy.linalg.sqrtm", jsp.linalg.sqrtm, SPD, tol=1e-4)
+case("scipy.linalg.schur", lambda a: jsp.linalg.schur(a)[0], SPD, tol=1e-4)
+case("lax.linalg.tridiagonal_solve", lambda d, b: lax.linalg.tridiagonal_solve(
+    jnp.concatenate([jnp.zeros(1), d[1:]]) * 0.1, d + 3, jnp.concatenate([d[:-1], jnp.zeros(1)]) * 0.1, b[:, None]),
+     V, V[::-1], tol=1e-5)
+case("jnp.roots", lambda p: jnp.sort(jnp.abs(jnp.roots(p, strip_zeros=False))), jnp.array([1.0, -3.0, 2.0]), tol=1e-4)
+case("jnp.polyfit", lambda x, y: jnp.polyfit(x, y, 2), V, V ** 2, tol=1e-4)
+case("scipy.signal.stft", lambda x: jnp.abs(jsp.signal.stft(x, nperseg=4)[2]), jnp.linspace(-1, 1, 16), tol=1e-5)
 case("scipy.linalg.block_diag", jsp.linalg.block_diag, X, SQ)
 case("scipy.signal.convolve2d", lambda a, b: jsp.signal.convolve2d(a, b, mode="same"), SQ, X[:, :2])
 case("scipy.ndimage.map_coordinates", lambda a, c: jsp.ndimage.map_coordinates(a, c, order=1), SQ,
@@ -295,6 +304,12 @@ case("random.orthogonal", lambda k: jax.random.orthogonal(k, 3), KEY, tol=1e-5)
 case("random.rademacher", lambda k: jax.random.rademacher(k, (4,)), KEY)
 case("random.bits", lambda k: jax.random.bits(k, (3,)), KEY)
 case("random.vmap_split", lambda k: jax.vmap(lambda k: jax.random.normal(k, (2,)))(jax.random.split(k, 3)), KEY)
+case("random.key_in_scan_carry", lambda k: lax.scan(lambda k, _: (jax.random.split(k)[0], jax.random.normal(k)),
+                                                     jax.random.wrap_key_data(k), length=3)[1], KEY)
+case("random.key_in_cond", lambda k, p: jax.random.normal(lax.cond(p, lambda k: jax.random.fold_in(k, 1), lambda k: k,
+                                                                   jax.random.wrap_key_data(k)), (2,)),
+     KEY, jnp.bool_(True))
+case("random.ball", lambda k: jax.random.ball(k, 3), KEY, tol=1e-5)
 case("random.typed_key_input", lambda k: jax.random.normal(k, (2,)), jax.random.key(0),
      refusal=r"input 'k' is a typed PRNG key array.*jax\.random\.key_data\(key\).*wrap_key_data")
 

@@ -339,3 +339,10 @@ def test_malformed_blocks_of_the_new_ops_are_refused_on_load(fn, args, kind, cha
     path.write_text(json.dumps(doc))
     with pytest.raises(pj.ProgramFormatError, match=message):
         pj.load(tmp_path / "m")
+
+
+def test_numpy_constants_take_the_dtype_jax_computes_in(tmp_path):
+    table = np.array([1.0 + 1.0j, 2.0 - 0.5j])  # complex128, as float64 tables are float64
+
+    prog = captured(lambda x: jnp.abs(x * table) + np.float64(0.5) * np.arange(2.0), jnp.ones(2), tmp_path=tmp_path)
+    assert {np.asarray(v).dtype.name for v in prog.constants.values()} <= {"complex64", "float32"}

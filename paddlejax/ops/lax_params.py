@@ -184,6 +184,8 @@ PARAMS: dict[str, dict[str, Kind]] = {
     "rng_uniform": {"shape": SHAPE},
     **{p: {"axes": NONNEG_INTS, "axis_index_groups": NONE} for p in ("psum", "pmax", "pmin")},
     "random_gamma": {"log_space": BOOL},
+    "conj": {"input_dtype": DTYPE},
+    "tridiagonal_solve": {"perturb_singular": BOOL},
     "empty": {"shape": SHAPE, "dtype": DTYPE, "out_sharding": NONE},  # jax >= 0.11
     "dim_as_value": {"dim": _described(lambda v: isinstance(v, SymDim), "a symbolic dimension")},
 }
