@@ -432,6 +432,7 @@ case("tf.nested_jit", lambda x: jax.jit(lambda y: jax.jit(jnp.cos)(y) * 2)(x), X
 case("tf.named_call", lambda x: jax.named_call(jnp.sin, name="s")(x), X)
 case("tf.named_scope", lambda x: jnp.sum(x), X)
 case("tf.vectorize", jnp.vectorize(lambda a, b: a * b + 1.0), X, V[:3])
+case("tf.python_scalar_input", lambda x, s, n: x * s + n, X, 2.5, 3)
 case("tf.tree_map", lambda t: jax.tree.map(lambda a: a * 2.0, t), {"a": X, "b": (V, [Y])})
 case("tf.hessian_vmap", jax.vmap(jax.hessian(lambda x: jnp.sum(x ** 3))), X)
 case("tf.grad_of_grad", jax.grad(jax.grad(lambda x: jnp.sin(x) ** 2)), jnp.float32(0.4))

@@ -71,7 +71,7 @@ def test_capture(case, tmp_path):
     assert str(loaded) == str(prog)
 
     leaves, tree = jax.tree_util.tree_flatten(case.args)
-    floats = [i for i, x in enumerate(leaves) if jnp.issubdtype(x.dtype, jnp.floating)]
+    floats = [i for i, x in enumerate(leaves) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
 
     def on_floats(fn):
         def loss(xs, all_leaves):
