@@ -365,6 +365,15 @@ case("lax.psum_vmap", lambda x: jax.vmap(lambda r: r - lax.pmean(r, "i"), axis_n
 case("lax.stop_gradient", lambda x: x * lax.stop_gradient(x), X)
 case("lax.complex_parts", lambda x, y: lax.real(lax.complex(x, y) ** 2) + lax.imag(lax.complex(x, y)), X, Y)
 
+case("lax.axis_index_vmap", lambda x: jax.vmap(lambda r: r * lax.axis_index("i"), axis_name="i")(x), X)
+case("lax.all_gather_vmap", lambda x: jax.vmap(lambda r: lax.all_gather(r, "i"), axis_name="i")(x), X)
+case("jax.image.resize", lambda x: jax.image.resize(x, (1, 7, 3, 2), "bilinear"), IMG, tol=1e-5)
+case("jnp.cov", jnp.cov, X, tol=1e-5)
+case("jnp.gradient", jnp.gradient, V)
+case("scipy.special.bessel_jn", lambda x: jsp.special.bessel_jn(x, v=2), POS, tol=1e-5)
+case("scipy.stats.gaussian_kde", lambda d: jsp.stats.gaussian_kde(d).evaluate(jnp.array([0.0, 0.5])), V, tol=1e-5)
+case("linalg.eig_vectors", lambda a: jnp.abs(jnp.linalg.eig(a)[1]), SQ, tol=1e-4)
+
 # ---------------------------------------------------------------------------------------
 # control flow
 
@@ -462,6 +471,9 @@ case("optax.cosine_distance", optax.cosine_distance, X, Y)
 case("optax.kl_divergence", lambda a, b: optax.kl_divergence(jax.nn.log_softmax(a), jax.nn.softmax(b)), X, Y)
 case("optax.smooth_labels", lambda l: optax.smooth_labels(l, 0.1), LABELS)
 case("optax.poly_loss", lambda l: optax.losses.poly_loss_cross_entropy(l, LABELS), LOGITS)
+case("optax.ema", lambda g: optax.ema(0.9).update(g, optax.ema(0.9).init(g))[0], X)
+case("optax.masked", lambda g: optax.masked(optax.sgd(0.1), {"a": True, "b": False}).update(
+    g, optax.masked(optax.sgd(0.1), {"a": True, "b": False}).init(g))[0], {"a": X, "b": V})
 case("optax.global_norm", lambda t: optax.global_norm(t), {"a": X, "b": V})
 
 _PARAMS = {"w": X, "b": V[:3]}
@@ -515,5 +527,7 @@ _module("nnx.GRUCell", nnx.GRUCell(3, 4, rngs=_rngs), arr(2, 4, seed=1), X)
 _module("nnx.RNN", nnx.RNN(nnx.SimpleCell(3, 4, rngs=_rngs)), arr(1, 4, 3), tol=1e-5)
 _module("nnx.Sequential", nnx.Sequential(nnx.Linear(3, 4, rngs=_rngs), jax.nn.relu, nnx.Linear(4, 2, rngs=_rngs)), X)
 _module("nnx.PReLU", nnx.PReLU(), X)
+case("nnx.scan", lambda x: nnx.scan(lambda c, a: (c + a, c * a), in_axes=(nnx.Carry, 0))(jnp.zeros(3), x), X)
+case("nnx.vmap", lambda x: nnx.vmap(jnp.sin)(x), X)
 case("nnx.avg_pool", lambda x: nnx.avg_pool(x, (2, 2), strides=(1, 1)), IMG)
 case("nnx.max_pool", lambda x: nnx.max_pool(x, (2, 2), strides=(2, 2), padding="SAME"), IMG)
