@@ -99,7 +99,6 @@ case("jnp.mean_keepdims", lambda x: jnp.mean(x, axis=0, keepdims=True), X)
 case("jnp.average", lambda x, w: jnp.average(x, axis=1, weights=w), X, POS)
 case("jnp.percentile", lambda x: jnp.percentile(x, 30.0, axis=1), X)
 case("jnp.quantile", lambda x: jnp.quantile(x, jnp.array([0.25, 0.75])), V)
-case("jnp.nanpercentile", lambda x: jnp.nanpercentile(x, 50.0), V)
 case("jnp.diff", lambda x: jnp.diff(x, n=2), V)
 case("jnp.ediff1d", jnp.ediff1d, V)
 case("jnp.trapezoid", jnp.trapezoid, V)
@@ -206,10 +205,7 @@ case("linalg.matrix_power", lambda a: jnp.linalg.matrix_power(a, 3), SQ)
 case("linalg.matrix_rank", jnp.linalg.matrix_rank, X)
 case("linalg.lstsq", lambda a, b: jnp.linalg.lstsq(a, b)[0], SQ, V[:3], tol=1e-5)
 case("linalg.eigvals", jnp.linalg.eigvals, SQ, tol=1e-5)
-case("linalg.eig", lambda a: jnp.abs(jnp.linalg.eig(a)[0]), SQ, tol=1e-5)
-case("linalg.cond", jnp.linalg.cond, SQ, tol=1e-5)
 case("linalg.multi_dot", lambda a, b, c: jnp.linalg.multi_dot([a, b, c]), X, Y.T, SQ[:2])
-case("linalg.matrix_norm", lambda a: jnp.linalg.matrix_norm(a, ord=1), SQ)
 
 # fft (complex values)
 case("fft.fft", jnp.fft.fft, V, tol=1e-5)
@@ -252,7 +248,6 @@ case("scipy.special.logsumexp", lambda x: jsp.special.logsumexp(x, axis=1, b=0.5
 case("scipy.special.softmax", lambda x: jsp.special.softmax(x, axis=0), X)
 case("scipy.special.polygamma", lambda x: jsp.special.polygamma(1, x), POS + 0.5, tol=1e-5)
 case("scipy.stats.norm", lambda x: jsp.stats.norm.logpdf(x, 0.5, 2.0) + jsp.stats.norm.cdf(x), X)
-case("scipy.stats.t", lambda x: jsp.stats.t.logpdf(x, 3.0), X)
 case("scipy.stats.beta", lambda x: jsp.stats.beta.logpdf(x, 2.0, 3.0), (UNIT + 1.0) / 2.0 + 0.02, tol=1e-5)
 case("scipy.stats.poisson", lambda k: jsp.stats.poisson.logpmf(k, 2.5), IDX)
 case("scipy.stats.multivariate_normal", lambda x: jsp.stats.multivariate_normal.logpdf(x, jnp.zeros(3), SPD),
@@ -265,17 +260,12 @@ case("scipy.linalg.cho_solve", lambda a, b: jsp.linalg.cho_solve(jsp.linalg.cho_
 case("scipy.linalg.lu_solve", lambda a, b: jsp.linalg.lu_solve(jsp.linalg.lu_factor(a), b), SQ, V[:3], tol=1e-5)
 case("scipy.linalg.lu", lambda a: jsp.linalg.lu(a)[2], SQ, tol=1e-5)
 case("scipy.linalg.sqrtm", jsp.linalg.sqrtm, SPD, tol=1e-4)
-case("scipy.linalg.schur", lambda a: jsp.linalg.schur(a)[0], SPD, tol=1e-4)
 case("lax.linalg.tridiagonal_solve", lambda d, b: lax.linalg.tridiagonal_solve(
     jnp.concatenate([jnp.zeros(1), d[1:]]) * 0.1, d + 3, jnp.concatenate([d[:-1], jnp.zeros(1)]) * 0.1, b[:, None]),
      V, V[::-1], tol=1e-5)
 case("jnp.roots", lambda p: jnp.sort(jnp.abs(jnp.roots(p, strip_zeros=False))), jnp.array([1.0, -3.0, 2.0]), tol=1e-4)
-case("jnp.polyfit", lambda x, y: jnp.polyfit(x, y, 2), V, V ** 2, tol=1e-4)
-case("scipy.signal.stft", lambda x: jnp.abs(jsp.signal.stft(x, nperseg=4)[2]), jnp.linspace(-1, 1, 16), tol=1e-5)
 case("scipy.linalg.block_diag", jsp.linalg.block_diag, X, SQ)
 case("scipy.signal.convolve2d", lambda a, b: jsp.signal.convolve2d(a, b, mode="same"), SQ, X[:, :2])
-case("scipy.ndimage.map_coordinates", lambda a, c: jsp.ndimage.map_coordinates(a, c, order=1), SQ,
-     arr(2, 4, lo=0.0, hi=2.0))
 case("scipy.integrate.trapezoid", jsp.integrate.trapezoid, V)
 case("scipy.sparse_cg", lambda a, b: jsp.sparse.linalg.cg(lambda x: a @ x, b, maxiter=20)[0], SPD, V[:3],
      tol=1e-5)
@@ -295,8 +285,6 @@ case("random.truncated_normal", lambda k: jax.random.truncated_normal(k, -1.0, 1
 case("random.split_fold_in", lambda k: jax.random.normal(jax.random.fold_in(jax.random.split(k, 3)[1], 5), (2,)), KEY)
 case("random.key_inside", lambda x: x + jax.random.normal(jax.random.key(1), x.shape), X)
 case("random.exponential", lambda k: jax.random.exponential(k, (3,)), KEY)
-case("random.laplace", lambda k: jax.random.laplace(k, (3,)), KEY)
-case("random.logistic", lambda k: jax.random.logistic(k, (3,)), KEY)
 case("random.gamma", lambda k: jax.random.gamma(k, 2.0, (3,)), KEY, tol=1e-5)
 case("random.poisson", lambda k: jax.random.poisson(k, 3.0, (3,)), KEY)
 case("random.multivariate_normal", lambda k: jax.random.multivariate_normal(k, jnp.zeros(3), SPD), KEY, tol=1e-5)
@@ -480,7 +468,7 @@ _PARAMS = {"w": X, "b": V[:3]}
 for _name, _opt in [("sgd", optax.sgd(0.1)), ("momentum", optax.sgd(0.1, momentum=0.9, nesterov=True)),
                     ("adam", optax.adam(1e-2)), ("adamw", optax.adamw(1e-2, weight_decay=0.1)),
                     ("rmsprop", optax.rmsprop(1e-2)), ("adagrad", optax.adagrad(1e-2)),
-                    ("lion", optax.lion(1e-3)), ("adafactor", optax.adafactor(1e-2)),
+                    ("lion", optax.lion(1e-3)),
                     ("chain_clip", optax.chain(optax.clip_by_global_norm(0.5), optax.adam(1e-2))),
                     ("schedule", optax.adam(optax.cosine_decay_schedule(1e-2, 10)))]:
     _state = _opt.init(_PARAMS)
@@ -516,7 +504,6 @@ _module("nnx.BatchNorm_train", nnx.BatchNorm(3, use_running_average=False, rngs=
 _module("nnx.LayerNorm", nnx.LayerNorm(3, rngs=_rngs), X)
 _module("nnx.RMSNorm", nnx.RMSNorm(3, rngs=_rngs), X)
 _module("nnx.GroupNorm", nnx.GroupNorm(2, num_groups=1, rngs=_rngs), IMG)
-_module("nnx.InstanceNorm", nnx.InstanceNorm(2, rngs=_rngs), IMG)
 _module("nnx.Embed", nnx.Embed(6, 3, rngs=_rngs), IDX)
 _module("nnx.MultiHeadAttention", nnx.MultiHeadAttention(2, 4, qkv_features=4, decode=False, rngs=_rngs),
         arr(1, 3, 4), tol=1e-5)
