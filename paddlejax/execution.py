@@ -20,7 +20,7 @@ import weakref
 import jax
 
 from paddlejax.ir.core import Program
-from paddlejax.lowering import run_program
+from paddlejax.lowering import run_program, same_structure
 
 # One jitted ``apply`` per program, rebuilt when a rewrite bumps the program's revision.
 _JITTED: "weakref.WeakKeyDictionary[Program, tuple[int, object]]" = weakref.WeakKeyDictionary()
@@ -52,7 +52,7 @@ class CompiledProgram:
 
     def __call__(self, *inputs):
         leaves, tree = jax.tree_util.tree_flatten(inputs)
-        if tree != self.in_tree:
+        if not same_structure(tree, self.in_tree):
             raise TypeError(f"{self.name}: expects inputs structured as {self.in_tree}, got {tree}")
         return self.func(*self.bound, *leaves)
 

@@ -71,7 +71,7 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
     """Flatten ``inputs``, check them against the program's input types (casting 64-bit twins
     of the declared dtypes, see :func:`input_dtype`), and solve symbolic sizes."""
     leaves, tree = jax.tree_util.tree_flatten(tuple(inputs))
-    if tree != program.in_tree and _structure(tree) != _structure(program.in_tree):
+    if not same_structure(tree, program.in_tree):
         raise TypeError(f"{program.name}: expects inputs structured as {program.in_tree}, got {tree}")
     dims: dict[str, Any] = {}
     for i, (value, x) in enumerate(zip(program.inputs, leaves)):
@@ -90,6 +90,19 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
         if got.dtype != dtype:
             leaves[i] = x.astype(dtype) if hasattr(x, "astype") else np.asarray(x, dtype)
     return leaves, dims
+
+
+def same_structure(got, expected) -> bool:
+    """Whether pytree structure ``got`` is ``expected``, a named tuple matching by its name and
+    fields (a loaded program whose named tuple class was not imported holds a stand-in).
+
+    >>> import collections, jax
+    >>> Point = collections.namedtuple("Point", "x y")
+    >>> Stand = collections.namedtuple("Point", "x y")
+    >>> same_structure(jax.tree_util.tree_structure(Point(1, 2)), jax.tree_util.tree_structure(Stand(1, 2)))
+    True
+    """
+    return got == expected or _structure(got) == _structure(expected)
 
 
 def _structure(tree):

@@ -13,6 +13,7 @@ import pytest
 from flax import nnx
 
 import paddlejax as pj
+from paddlejax.ops.traits import declared_traits
 
 _spec = importlib.util.spec_from_file_location("capture_sweep_cases",
                                                Path(__file__).with_name("capture_sweep_cases.py"))
@@ -66,6 +67,7 @@ def test_capture(case, tmp_path):
             pj.trace(target, *case.args)
         return
     prog = pj.trace(target, *case.args)
+    assert [op.type for op in prog.walk() if declared_traits(op.type) is None] == []  # passes know every op
     pj.save(prog, tmp_path / "m")
     loaded = pj.load(tmp_path / "m")
     assert str(loaded) == str(prog)

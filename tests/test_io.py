@@ -470,6 +470,19 @@ def test_named_tuples_of_local_classes_save_and_load(tmp_path):
     assert type(out).__name__ == "Pair" and (float(out.low), float(out.high)) == (0.0, 2.0)
 
 
+def test_a_loaded_program_takes_named_tuple_inputs_its_stand_in_matches(tmp_path):
+    import collections
+
+    Pair = collections.namedtuple("Pair", ["low", "high"])
+    prog = pj.trace(lambda p: p.high - p.low, Pair(jnp.zeros(2), jnp.ones(2)))
+    pj.save(prog, tmp_path / "m")
+    loaded, x = pj.load(tmp_path / "m"), Pair(jnp.zeros(2), jnp.full(2, 3.0))
+    np.testing.assert_array_equal(loaded(x), [3.0, 3.0])
+    np.testing.assert_array_equal(loaded.compile(x)(x), [3.0, 3.0])
+    with pytest.raises(TypeError, match="expects inputs structured as"):
+        loaded.compile(x)((jnp.zeros(2), jnp.ones(2)))
+
+
 @pytest.mark.parametrize("node", [
     {"namedtuple": {"class": "os:system()", "fields": {"a": "*"}}},
     {"namedtuple": {"class": "m:<locals>", "fields": {"a": "*"}}},

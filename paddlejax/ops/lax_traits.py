@@ -122,8 +122,8 @@ _GRAY_UNARY = ("abs", "neg", "sign", "floor", "ceil", "round", "is_finite", "not
 _BLACK_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "square", "integer_pow", "erf_inv",
                 "reduce_precision")
 _COMMUTATIVE = ("add", "add_any", "mul", "max", "min", "and", "or", "xor", "eq", "ne", "mulhi")
-_BINARY = ("sub", "rem", "atan2", "nextafter", "lt", "le", "gt", "ge", "shift_left", "shift_right_arithmetic",
-           "shift_right_logical", "complex", "igamma", "igammac", "igamma_grad_a",
+_BINARY = ("sub", "rem", "atan2", "nextafter", "lt", "le", "gt", "ge", "lt_to", "le_to", "eq_to", "shift_left",
+           "shift_right_arithmetic", "shift_right_logical", "complex", "igamma", "igammac", "igamma_grad_a",
            "polygamma", "zeta")
 _BLACK_BINARY = ("div", "pow")
 _REDUCTIONS = ("reduce_max", "reduce_min", "reduce_and", "reduce_or", "reduce_xor", "argmax", "argmin",

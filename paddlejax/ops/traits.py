@@ -142,6 +142,8 @@ STRUCTURAL: dict[str, Traits] = {
     "scan": Traits(amp="black"),
     "custom_jvp": Traits(amp="black"),
     "custom_vjp": Traits(amp="black"),
+    "reduce": Traits(amp="black", reduction=True),  # lax.reduce with its computation as a block
+    "custom_linear_solve": Traits(amp="black"),
 }
 
 

@@ -83,6 +83,12 @@ def test_every_op_in_captured_programs_declares_traits(captured_programs):
     assert undeclared == []
 
 
+def test_every_structural_op_the_verifier_knows_declares_traits():
+    from paddlejax.ir.verifier import STRUCTURAL as VERIFIED
+
+    assert set(VERIFIED) == set(STRUCTURAL)
+
+
 def test_an_undeclared_op_is_opaque_to_passes():
     assert traits_of("lax.made_up") is OPAQUE and not OPAQUE.pure and OPAQUE.amp == "gray"
     assert traits_of("return") is STRUCTURAL["return"]
@@ -109,7 +115,7 @@ def test_declared_pointwise_lax_ops_commute_with_transposes(name):
         pytest.skip(f"lax.{name} does not exist in jax {jax.__version__}")
     x = _lax_unary_inputs()
     args = [x] * (2 if name in ("add", "sub", "mul", "div", "max", "min", "pow", "atan2", "eq", "ne", "lt", "le",
-                                "gt", "ge") else 1)
+                                "gt", "ge", "lt_to", "le_to", "eq_to") else 1)
     params = {"accuracy": None} if "accuracy" in lax_params.PARAMS.get(name, {}) else {}
     f = lambda *a: prim.bind(*a, **params)  # noqa: E731
     np.testing.assert_allclose(f(*(a.T for a in args)), np.asarray(f(*args)).T, rtol=1e-6)
