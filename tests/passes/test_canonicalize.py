@@ -96,3 +96,25 @@ def test_twins_compute_exactly_what_the_generic_ops_did(fn):
     np.testing.assert_array_equal(out(x, y), prog(x, y))
     g = jax.grad(lambda p, a: out.apply(p, a, y).sum(), argnums=1)(out.params, x)
     np.testing.assert_allclose(g, jax.grad(lambda a: fn(a, y).sum())(x), rtol=1e-6)
+
+
+def _sweep_cases():
+    import importlib.util
+    import pathlib
+    import sys
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "capture_sweep_cases.py"
+    spec = importlib.util.spec_from_file_location("capture_sweep_cases", path)
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return [c for c in module.CASES if not c.refusal][::8]  # every family, a few of each
+
+
+@pytest.mark.parametrize("case", _sweep_cases(), ids=lambda c: c.name)
+def test_canonicalize_and_cleanup_keep_everyday_jax_code_bit_exact(case):
+    prog = pj.trace(case.fn if case.module is None else case.module, *case.args)
+    out = pj.passes.run(prog, "canonicalize,eliminate_identity,cse,dce")
+    for a, b in zip(jax.tree_util.tree_leaves(prog(*case.args)), jax.tree_util.tree_leaves(out(*case.args))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
