@@ -34,7 +34,7 @@ import numpy as np
 from paddlejax.ir.core import Op, Program, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.ir.verifier import Shapes, infer_types
-from paddlejax.ops.traits import amp_class
+from paddlejax.ops.traits import STRUCTURAL, amp_class
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.options import op_names
 
@@ -62,12 +62,16 @@ class AutoMixedPrecision(Pass):
 
     def _classes(self):
         """op type -> class, for the op types the options move."""
-        moved = dict.fromkeys(op_names(self.white, "amp: option 'white' names"), "white")
-        for name in op_names(self.black, "amp: option 'black' names"):
-            if name in moved:
-                raise ValueError(f"amp: op type '{name}' is in both 'white' and 'black'")
-            moved[name] = "black"
-        return moved
+        white = op_names(self.white, "amp: option 'white' names")
+        black = op_names(self.black, "amp: option 'black' names")
+        for name in white + black:
+            if name in STRUCTURAL:
+                raise ValueError(f"amp: '{name}' is part of the program's structure, not an op to move between "
+                                 "lists (a program keeps its input and output dtypes)")
+        both = sorted(set(white) & set(black))
+        if both:
+            raise ValueError(f"amp: op type '{both[0]}' is in both 'white' and 'black'")
+        return {**dict.fromkeys(white, "white"), **dict.fromkeys(black, "black")}
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         if self.dtype not in LOW_DTYPES:

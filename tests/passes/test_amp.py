@@ -77,6 +77,8 @@ def test_lists_name_only_ops_that_exist_and_not_both_ways():
         pj.passes.run(prog, "amp{black=gelux}")
     with pytest.raises(pj.passes.PassError, match="'linear' is in both 'white' and 'black'"):
         pj.passes.run(prog, "amp{white=linear:relu,black=linear}")
+    with pytest.raises(pj.passes.PassError, match="'return' is part of the program's structure"):
+        pj.passes.run(prog, "amp{white=return}")
     low = pj.passes.run(prog, "amp{white=lax.add:log_softmax}")
     assert next(op for op in low.walk() if op.type == "log_softmax").result.type.dtype == "bfloat16"
 
