@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import numbers
 import os
 
@@ -48,6 +49,11 @@ class Config:
       :data:`FREEZE_LIMIT_BYTES`.
     - ``max_batch_size`` and ``batch_buckets``: the batch sizes compiled (default: the powers of
       two up to ``max_batch_size``, and ``max_batch_size`` itself).
+    - ``size_buckets``: for programs with symbolic sizes besides the batch (a sequence length),
+      the sizes compiled for each (``{"seq": (32, 128)}``); inputs are padded with zeros up to
+      the next bucket along those axes and outputs sliced back, which is exact only where the
+      program ignores the padding (a masked sequence model). One executable is compiled per
+      batch bucket and combination of sizes.
     - ``precision``: ``"fp32"``, or ``"bf16"`` to add the ``amp`` pass after the pipeline (and
       let the autotuner pick reduced-precision conv kernels).
     - ``device``: a JAX platform name (``"cpu"``, ``"gpu"``); ``None`` is JAX's default device.
@@ -62,6 +68,7 @@ class Config:
     freeze_params: bool | None = None
     max_batch_size: int = 32
     batch_buckets: tuple[int, ...] | None = None
+    size_buckets: dict[str, tuple[int, ...]] | None = None
     precision: str = "fp32"
     device: str | None = None
     progress: bool = True
@@ -84,6 +91,19 @@ class Config:
             if bad or not self.batch_buckets:
                 raise ValueError(f"Config: batch_buckets must be sizes in 1..max_batch_size={self.max_batch_size}, "
                                  f"got {self.batch_buckets!r}")
+
+        if self.size_buckets is not None:
+            if not isinstance(self.size_buckets, dict):
+                raise ValueError(f"Config: size_buckets must be a dict {{size name: sizes}}, got {self.size_buckets!r}")
+            checked = {}
+            for name, sizes in self.size_buckets.items():
+                sizes = (sizes,) if not isinstance(sizes, (tuple, list)) else sizes
+                sizes = tuple(size(s) for s in sizes)
+                if (not isinstance(name, str) or not sizes
+                        or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in sizes)):
+                    raise ValueError(f"Config: size_buckets['{name}'] must be positive ints, got {sizes!r}")
+                checked[name] = tuple(sorted(set(sizes)))
+            self.size_buckets = checked
 
     def buckets(self) -> tuple[int, ...]:
         """The batch sizes compiled, ascending; the largest is ``max_batch_size``."""
@@ -135,33 +155,40 @@ class Predictor:
                             f"got {type(path_or_program).__name__}")
         source = path_or_program if isinstance(path_or_program, Program) else load(path_or_program)
         self.device = jax.devices(self.config.device)[0] if self.config.device else jax.devices()[0]
-        self.batch_dim = batch_dim(source)
+        self.size_buckets = dict(self.config.size_buckets or {})
+        symbols = {d for v in source.inputs for d in v.type.shape[1:] if isinstance(d, str)}
+        unknown = sorted(set(self.size_buckets) - symbols)
+        if unknown:
+            raise ValueError(f"Predictor: size_buckets names {unknown}, which no input of {source.name} has; "
+                             f"its symbolic sizes besides the batch: {sorted(symbols) or 'none'}")
+        self.batch_dim = batch_dim(source, tuple(self.size_buckets))
         _refuse_batch_coupled(source)
         self.freeze_params = self.config.freeze_params
         if self.freeze_params is None:
             self.freeze_params = self.device.platform == "cpu" and _param_bytes(source) < FREEZE_LIMIT_BYTES
         self.buckets = self.config.buckets()
-        # kernels and layout are tuned for the largest bucket, where the time goes
+        # kernels and layout are tuned for the largest buckets, where the time goes
+        largest = {self.batch_dim: self.buckets[-1], **{n: b[-1] for n, b in self.size_buckets.items()}}
         with jax.default_device(self.device):
-            self.program = run_passes(source, self.config.pipeline(f"{self.batch_dim}={self.buckets[-1]}",
+            self.program = run_passes(source, self.config.pipeline(":".join(f"{n}={v}" for n, v in largest.items()),
                                                                    self.freeze_params))
         self.program.params = jax.device_put(self.program.params, self.device)
         self.num_compilations = 0
-        self._executables = {b: self._compile(b) for b in self.buckets}
-        self._refuse_mixed_rows()
+        self._executables = {key: self._compile(dict(zip((self.batch_dim, *self.size_buckets), key)))
+                             for key in itertools.product(self.buckets, *self.size_buckets.values())}
+        self._refuse_mixed_rows(largest)
 
-    def _refuse_mixed_rows(self) -> None:
+    def _refuse_mixed_rows(self, largest: dict[str, int]) -> None:
         """A clear error if the outputs of some rows change when another row does: ops that no
         trait marks batch-coupled may still mix rows (a mean, softmax, sort or reversal over the
         batch axis), and padding and chunking would then change the outputs. Checked on the
         largest bucket with random rows, against the same rows with the first one zeroed."""
-        bucket = self.buckets[-1]
-        if bucket < 2:
+        if largest[self.batch_dim] < 2:
             return
         rng = np.random.default_rng(0)
         rows = []
         for v in self.program.inputs:
-            shape, dtype = (bucket, *v.type.shape[1:]), np.dtype(v.type.dtype)
+            shape, dtype = tuple(largest.get(d, d) for d in v.type.shape), np.dtype(v.type.dtype)
             if dtype == np.bool_:
                 rows.append(rng.random(shape) < 0.5)
             elif np.issubdtype(dtype, np.integer):
@@ -169,7 +196,7 @@ class Predictor:
             else:
                 rows.append(rng.standard_normal(shape).astype(dtype))
         zeroed = [np.concatenate([np.zeros_like(x[:1]), x[1:]]) for x in rows]
-        run = self._executables[bucket]
+        run = self._executables[tuple(largest.values())]
         tree = self.program.in_tree
         for a, b in zip(*(jax.tree_util.tree_leaves(run(*jax.tree_util.tree_unflatten(tree, xs)))
                           for xs in (rows, zeroed))):
@@ -181,8 +208,9 @@ class Predictor:
                                  f"axis), so padding to a bucket and running in chunks would change its outputs; "
                                  f"run it with Program.__call__ on the whole batch")
 
-    def _compile(self, batch: int):
-        specs = [jax.ShapeDtypeStruct((batch, *v.type.shape[1:]), v.type.dtype) for v in self.program.inputs]
+    def _compile(self, sizes: dict[str, int]):
+        specs = [jax.ShapeDtypeStruct(tuple(sizes.get(d, d) for d in v.type.shape), v.type.dtype)
+                 for v in self.program.inputs]
         with jax.default_device(self.device):
             executable = self.program.compile(*jax.tree_util.tree_unflatten(self.program.in_tree, specs),
                                               freeze_params=self.freeze_params)
@@ -211,10 +239,24 @@ class Predictor:
     def _run_padded(self, leaves: list[np.ndarray]) -> list[np.ndarray]:
         n = leaves[0].shape[0]
         bucket = self.buckets[bisect.bisect_left(self.buckets, n)]
-        padded = [np.pad(x, [(0, bucket - n)] + [(0, 0)] * (x.ndim - 1)) for x in leaves]
-        outputs = jax.tree_util.tree_leaves(self._executables[bucket](
+        actual = {self.batch_dim: n}
+        for v, x in zip(self.program.inputs, leaves):
+            for d, got in zip(v.type.shape, x.shape):
+                if d in self.size_buckets and actual.setdefault(d, got) != got:
+                    raise ValueError(f"Predictor: inputs disagree on size '{d}' ({actual[d]} and {got} "
+                                     f"in '{v.name}')")
+        padded_to = {self.batch_dim: bucket}
+        for name, sizes in self.size_buckets.items():
+            if actual[name] > sizes[-1]:
+                raise ValueError(f"Predictor: size '{name}' is {actual[name]}, over the largest compiled "
+                                 f"bucket {sizes[-1]} of {sizes}")
+            padded_to[name] = sizes[bisect.bisect_left(sizes, actual[name])]
+        padded = [np.pad(x, [(0, padded_to.get(d, s) - s) for d, s in zip(v.type.shape, x.shape)])
+                  for v, x in zip(self.program.inputs, leaves)]
+        outputs = jax.tree_util.tree_leaves(self._executables[tuple(padded_to.values())](
             *jax.tree_util.tree_unflatten(self.program.in_tree, padded)))
-        return [np.asarray(o)[:n] for o in outputs]
+        return [np.asarray(o)[tuple(slice(actual[d]) if d in actual else slice(None) for d in v.type.shape)]
+                for v, o in zip(self.program.outputs, outputs)]
 
     def _check(self, value, x) -> np.ndarray:
         x = np.asarray(x)
@@ -224,15 +266,22 @@ class Predictor:
                 or any(isinstance(w, int) and w != g for w, g in zip(want.shape[1:], x.shape[1:]))):
             raise ValueError(f"Predictor: input '{value.name}' expects {want} (batch dimension "
                              f"'{self.batch_dim}' first), got {x.dtype.name}{list(x.shape)}")
+        bad = [f"'{d}' of {x.shape[i]}" for i, d in enumerate(want.shape)
+               if d in self.size_buckets and not 1 <= x.shape[i] <= self.size_buckets[d][-1]]
+        if bad:
+            raise ValueError(f"Predictor: input '{value.name}' has size {', '.join(bad)}, outside the compiled "
+                             f"buckets {self.size_buckets}")
         return x.astype(dtype, copy=False)
 
     def __repr__(self) -> str:
-        return (f"<Predictor {self.program.name}: buckets {self.buckets}, "
+        sizes = "".join(f", {n} buckets {b}" for n, b in self.size_buckets.items())
+        return (f"<Predictor {self.program.name}: buckets {self.buckets}{sizes}, "
                 f"{'frozen' if self.freeze_params else 'argument'} parameters on {self.device.platform}>")
 
 
-def batch_dim(program: Program) -> str:
-    """The symbolic size that leads every input and output; a clear error when there is none.
+def batch_dim(program: Program, others: tuple[str, ...] = ()) -> str:
+    """The symbolic size that leads every input and output; a clear error when there is none,
+    or when another symbolic size is not one of ``others`` (sizes given buckets).
 
     >>> import paddlejax as pj
     >>> batch_dim(pj.trace(lambda x: x * 2.0, pj.InputSpec((None, 3))))
@@ -247,10 +296,11 @@ def batch_dim(program: Program) -> str:
                 raise ValueError(f"Predictor: {label} does not lead with a symbolic "
                                  f"batch dimension shared by all inputs and outputs; trace the program with "
                                  f"pj.InputSpec((None, ...))")
-            others = [d for d in v.type.shape[1:] if isinstance(d, str)]
-            if others:
-                raise ValueError(f"Predictor: {label} has symbolic sizes {others} "
-                                 f"besides the batch; only the batch dimension may vary")
+            unbucketed = [d for d in v.type.shape[1:] if isinstance(d, str) and d not in others]
+            if unbucketed:
+                raise ValueError(f"Predictor: {label} has symbolic sizes {unbucketed} besides the batch; only the "
+                                 f"batch dimension may vary, or give the others buckets with "
+                                 f"Config(size_buckets={{'{unbucketed[0]}': (...)}})")
     return batch
 
 

@@ -237,3 +237,43 @@ def test_row_independent_programs_with_integer_inputs_are_accepted():
                     params={"t": table})
     ids = np.array([[0, 5, 1], [2, 2, 3], [4, 0, 0]], np.int64)
     np.testing.assert_array_equal(Predictor(prog, Config(max_batch_size=2))(ids), np.asarray(table)[ids].sum(1))
+
+
+def _masked_mean():
+    def embed(p, ids, mask):
+        rows = p["emb"][ids] * mask[..., None]
+        return rows.sum(1) / mask.sum(1, keepdims=True), rows
+    return pj.trace(embed, pj.InputSpec((None, "seq"), "int32"), pj.InputSpec((None, "seq"), "float32"),
+                    params={"emb": jnp.arange(20.0).reshape(10, 2)})
+
+
+def test_sequence_lengths_run_on_their_own_buckets_padded_and_sliced_back():
+    prog = _masked_mean()
+    predictor = Predictor(prog, Config(max_batch_size=4, size_buckets={"seq": (4, 8)}))
+    assert predictor.num_compilations == 3 * 2  # batch buckets 1, 2, 4 times sequence buckets 4, 8
+    for n, length in [(3, 3), (1, 8), (5, 5)]:
+        ids = np.arange(n * length, dtype=np.int32).reshape(n, length) % 10
+        mask = np.ones((n, length), np.float32)
+        mean, rows = predictor(ids, mask)
+        want_mean, want_rows = prog(ids, mask)
+        assert rows.shape == (n, length, 2)
+        np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
+        np.testing.assert_allclose(rows, want_rows, rtol=1e-6)
+    assert predictor.num_compilations == 6
+
+
+@pytest.mark.parametrize("kwargs, inputs, message", [
+    ({}, None, r"symbolic sizes \['seq'\] besides the batch.*size_buckets"),
+    ({"size_buckets": {"sq": (4,)}}, None, r"size_buckets names \['sq'\], which no input"),
+    ({"size_buckets": {"seq": (4,)}}, ((2, 5), (2, 5)), r"size 'seq' of 5, outside the compiled buckets"),
+    ({"size_buckets": {"seq": (4,)}}, ((2, 3), (2, 4)), r"inputs disagree on size 'seq' \(3 and 4"),
+])
+def test_sequence_buckets_are_checked(kwargs, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        predictor = Predictor(_masked_mean(), Config(max_batch_size=2, **kwargs))
+        predictor(np.zeros(inputs[0], np.int32), np.ones(inputs[1], np.float32))
+
+
+def test_size_buckets_must_be_positive_ints():
+    with pytest.raises(ValueError, match=r"size_buckets\['seq'\] must be positive ints"):
+        Config(size_buckets={"seq": (0, 4)})
