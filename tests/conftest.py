@@ -59,3 +59,13 @@ def _programs_read_back_from_their_text():
     _PROGRAMS.clear()
     if problems:
         pytest.fail("print -> parse -> print: " + "; ".join(dict.fromkeys(problems)), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _hub_home_of_its_own(tmp_path_factory, monkeypatch, request):
+    """Every test gets a hub directory and settings file of its own (never the user's cache),
+    and sees no registry from the environment; doctests that set them are undone afterwards."""
+    base = tmp_path_factory.getbasetemp() / "hub-homes" / request.node.nodeid.replace("/", "_")[-120:]
+    monkeypatch.setenv("HUB_HOME", str(base / "home"))
+    monkeypatch.setenv("PADDLEJAX_HUB_CONFIG", str(base / "hub.json"))
+    monkeypatch.delenv("PADDLEJAX_HUB_REGISTRY", raising=False)

@@ -9,7 +9,7 @@ import paddlejax
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(paddlejax.__path__, "paddlejax.")
                  if not m.name.startswith("paddlejax.cli"))
-for package in (paddlejax.passes, paddlejax.models, paddlejax.slim):
+for package in (paddlejax.passes, paddlejax.models, paddlejax.slim, paddlejax.hub):
     MODULES += sorted(m.name for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}."))
 
 

@@ -353,6 +353,26 @@ class Trainer:
         program.params.update({n: v for n, v in weights.items() if n in program.params})
         return program
 
+    def current_model(self):
+        """A copy of the model holding the weights trained so far (the EMA weights with
+        ``ema``), in eval mode; the model itself is only updated at the end of ``fit``. Trace
+        it with other input specs than the training batches' (a symbolic sequence length).
+
+        >>> import numpy as np, optax, paddlejax as pj
+        >>> from flax import nnx
+        >>> trainer = pj.Trainer(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1), progress=False)
+        >>> _ = trainer.fit((np.ones((4, 2), "float32"), np.zeros(4, "int32")), epochs=1, batch_size=4)
+        >>> float(trainer.current_model().bias[...][0]) > 0
+        True
+        """
+        if self.state is None:
+            raise RuntimeError("Trainer.current_model: train or evaluate on a batch first")
+        from paddlejax.static import set_mode
+
+        model = self.model_state.merge(jax.device_get(self._weights(self.state)))
+        set_mode(model, False)
+        return model
+
     def sync_model(self) -> None:
         """Write the trained parameters and state back into ``model``."""
         if self.state is not None:

@@ -1,0 +1,325 @@
+"""``pj.hub.Module``: an installed module, ready to run, serve or fine-tune.
+
+Loading reads ``module.json``, checks every file's sha256, and builds the declarative
+processor; it runs no code the module ships (``trust_code=True`` allows a module's own
+``code`` file: a module is data someone else wrote, and importing its Python would run it
+with your rights, which is why PaddleHub's habit of executing ``module.py`` on load is not
+followed here). A module not installed yet is installed first: from the configured registries,
+else built from the built-in recipes (:mod:`paddlejax.hub.builtin`).
+
+>>> import paddlejax as pj
+>>> digits = pj.hub.Module(name="digits_cnn", progress=False)    # doctest: +SKIP
+>>> digits.classification([image])                                # doctest: +SKIP
+[{'label': '7', 'score': 0.9981}]
+
+Task methods follow PaddleHub's names: :meth:`embedding` (text embedding),
+:meth:`predict` (whatever the task gives), :meth:`classification` (images) and
+:meth:`recognize_text` (OCR); ``.program`` is the saved program and ``.predictor`` its
+compiled :class:`~paddlejax.inference.Predictor`. With ``task=`` and ``num_classes=``
+(``"seq-cls"``, ``"img-cls"``, ...) the module also gives ``.model``, a trainable layer —
+its program under a fresh head — for :class:`paddlejax.hub.Trainer`.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from paddlejax.hub import manifest, processor, store
+from paddlejax.hub.errors import HubError, ModuleFormatError, ModuleNotFound, RequestError
+
+# PaddleHub's fine-tuning task names, and ours, for the task a fine-tuned module has.
+FINETUNE_TASKS = {"seq-cls": "text-classification", "text-classification": "text-classification",
+                  "seq-multilabel": "text-multilabel", "text-multilabel": "text-multilabel",
+                  "img-cls": "image-classification", "image-classification": "image-classification",
+                  "img-multilabel": "image-multilabel", "image-multilabel": "image-multilabel"}
+TEXT_TASKS = ("text-embedding", "text-classification", "text-multilabel")
+IMAGE_TASKS = ("image-classification", "image-multilabel", "detection", "ocr")
+
+
+def _default_lengths(max_length: int) -> tuple[int, ...]:
+    return tuple(sorted({*(n for n in (16, 64) if n < max_length), max_length}))
+
+
+class Module:
+    """A hub module: ``Module(name="all_minilm_l6_v2")``, ``Module(name="digits_cnn",
+    version=">=1,<2")``, or ``Module(directory=PATH)`` for one not installed.
+
+    Args:
+        name, version: the module and a version or range (``"1.2"``, ``">=1,<2"``; also written
+            into the name, ``"digits_cnn==1.0"``); the newest match is loaded.
+        directory: load this module directory instead (verified the same way).
+        task, num_classes, label_list: fine-tuning (``"seq-cls"``, ``"seq-multilabel"``,
+            ``"img-cls"``, ``"img-multilabel"``): ``.model`` is then the module's program
+            under a fresh head of ``num_classes`` (or ``len(label_list)``) outputs.
+        trust_code: allow the module's own Python file to run (see the module docstring).
+        install: install a missing module (registries, then built-in recipes).
+        progress: progress bars while installing or building.
+        max_batch_size: the largest batch compiled for serving (default the module's).
+    """
+
+    def __init__(self, name: str | None = None, version: str | None = None, *, directory=None,
+                 task: str | None = None, num_classes: int | None = None, label_list: Sequence[str] | None = None,
+                 trust_code: bool = False, install: bool = True, progress: bool = True,
+                 max_batch_size: int | None = None):
+        if (name is None) == (directory is None):
+            raise HubError("Module: give a name (an installed, registered or built-in module) or a directory")
+        if directory is not None:
+            self.directory = Path(directory)
+            self.manifest = manifest.read(self.directory)
+        else:
+            module_name, spec = store.split_requirement(name, version)
+            try:
+                self.directory, self.manifest = store.find(module_name, spec)
+            except ModuleNotFound:
+                if not install:
+                    raise
+                from paddlejax.hub.installer import install as install_module
+
+                install_module(module_name + spec, progress=progress)
+                self.directory, self.manifest = store.find(module_name, spec)
+            manifest.verify_files(self.directory, self.manifest)
+        self._code = self._load_code(trust_code)
+        spec = self.manifest.processor
+        known = {"text", "image", "labels", "postprocess"}
+        if not isinstance(spec, dict) or set(spec) - known:
+            raise ModuleFormatError(f"{self.label}: processor keys {sorted(set(spec) - known)} are unknown; "
+                                    f"known: {sorted(known)}")
+        self.text = processor.TextProcessor(spec["text"], self.directory) if "text" in spec else None
+        self.image = processor.ImageProcessor(spec["image"]) if "image" in spec else None
+        self.labels = processor.labels(spec.get("labels"), self.directory)
+        self.postprocess = processor.check_postprocess(spec.get("postprocess", {"kind": "embedding"}))
+        needs = "text" if self.task in TEXT_TASKS else "image"
+        if getattr(self, needs) is None:
+            raise ModuleFormatError(f"{self.label}: task {self.task} needs a processor.{needs} spec")
+        self._max_batch_size = max_batch_size
+        self.finetune = self._finetune_spec(task, num_classes, label_list)
+
+    # -- what the module is ----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    @property
+    def task(self) -> str:
+        return self.manifest.task
+
+    @property
+    def label(self) -> str:
+        return self.manifest.label
+
+    def __repr__(self) -> str:
+        return f"<Module {self.label} ({self.task}) at {self.directory}>"
+
+    def info(self) -> dict:
+        """A JSON-able description: name, version, task, summary, license, labels and schemas."""
+        m = self.manifest
+        return {"name": m.name, "version": m.version, "task": m.task, "summary": m.summary, "license": m.license,
+                "author": m.author, "keywords": m.keywords, "labels": self.labels, "inputs": m.inputs,
+                "outputs": m.outputs}
+
+    def _load_code(self, trust_code: bool):
+        if self.manifest.code is None:
+            return None
+        if not trust_code:
+            raise HubError(f"{self.label} ships Python code ({self.manifest.code}), which would run with your rights; "
+                           f"read it, then load the module with trust_code=True")
+        spec = importlib.util.spec_from_file_location(f"paddlejax_hub_code_{self.name}",
+                                                      self.directory / self.manifest.code)
+        code = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(code)
+        return code
+
+    def _finetune_spec(self, task, num_classes, label_list):
+        from paddlejax.hub.finetune import finetune_spec
+
+        return finetune_spec(self, task, num_classes, label_list)
+
+    @functools.cached_property
+    def model(self):
+        """The trainable layer for fine-tuning (``task=`` and ``num_classes=`` given): the
+        module's program under a fresh classifier head (:mod:`paddlejax.hub.finetune`)."""
+        if self.finetune is None:
+            raise HubError(f"{self.label}: .model is for fine-tuning; load the module with task= and num_classes=")
+        from paddlejax.hub.finetune import build_model
+
+        return build_model(self, self.finetune)
+
+    # -- programs and the predictor ----------------------------------------------------------------
+    @functools.cached_property
+    def programs(self) -> dict:
+        """Every program of the module by role (``model``, ``features``, ...), loaded."""
+        from paddlejax.io import load
+
+        return {role: load(self.directory / stem) for role, stem in self.manifest.programs.items()}
+
+    @property
+    def program(self):
+        """The program the task methods run (role ``model``)."""
+        if "model" not in self.programs:
+            raise ModuleFormatError(f"{self.label}: no program with the role 'model'")
+        return self.programs["model"]
+
+    @functools.cached_property
+    def predictor(self):
+        """The program compiled for batches (and, for text, sequence lengths) up to the
+        module's ``max_batch_size``; built on first use, then nothing compiles again."""
+        from paddlejax.inference import Config, Predictor
+
+        options = dict(self.manifest.predictor)
+        max_batch = self._max_batch_size or options.get("max_batch_size", 32)
+        buckets = options.get("batch_buckets")
+        sizes = None
+        if self.text is not None:
+            lengths = options.get("length_buckets") or _default_lengths(self.text.max_length)
+            seq = [d for v in self.program.inputs for d in v.type.shape[1:] if isinstance(d, str)]
+            sizes = {seq[0]: tuple(lengths)} if seq else None
+        return Predictor(self.program, Config(max_batch_size=max_batch,
+                                              batch_buckets=tuple(b for b in buckets if b <= max_batch)
+                                              if buckets else None,
+                                              size_buckets=sizes, progress=False))
+
+    @property
+    def max_batch_size(self) -> int:
+        """The largest batch the predictor runs at once (bigger ones run in chunks)."""
+        return self._max_batch_size or self.manifest.predictor.get("max_batch_size", 32)
+
+    # -- running --------------------------------------------------------------------------------
+    def _inputs(self, items: Sequence, allow_paths: bool = True, max_pixels: int = processor.MAX_IMAGE_PIXELS):
+        if self._code is not None and hasattr(self._code, "preprocess"):
+            return self._code.preprocess(self, items)
+        if self.text is not None:
+            arrays = self.text(items)
+            return [arrays[name] for name in self.text.inputs]
+        return [self.image(items, max_pixels=max_pixels, allow_paths=allow_paths)]
+
+    def _outputs(self, outputs, top_k: int | None = None) -> list:
+        if self._code is not None and hasattr(self._code, "postprocess"):
+            return self._code.postprocess(self, outputs)
+        first = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+        kind = self.postprocess["kind"]
+        if kind == "embedding":
+            return list(processor.embed(first, self.postprocess))
+        if kind == "classification":
+            return processor.classify(first, self.postprocess, self.labels, top_k)
+        raise HubError(f"{self.label}: {kind} post-processing runs only in the task's own method")
+
+    def _run(self, items: Sequence, top_k: int | None = None, **decode) -> list:
+        if len(items) == 0:
+            return []
+        return self._outputs(self.predictor(*self._inputs(items, **decode)), top_k)
+
+    def _texts(self, texts, method: str) -> list[str]:
+        if self.text is None:
+            raise HubError(f"{self.label} ({self.task}) takes images, not texts; {method} needs a text module")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
+            raise RequestError(f"{method}: texts must be a string or a list of strings")
+        return list(texts)
+
+    def _images(self, images, method: str) -> list:
+        if self.image is None:
+            raise HubError(f"{self.label} ({self.task}) takes texts, not images; {method} needs an image module")
+        if isinstance(images, (str, bytes, np.ndarray)) and not (isinstance(images, np.ndarray) and images.ndim == 4):
+            images = [images]
+        return list(images)
+
+    def embedding(self, texts: str | Sequence[str]) -> np.ndarray:
+        """float32 vectors ``[len(texts), dim]`` of a text-embedding module.
+
+        >>> m = pj.hub.Module(name="all_minilm_l6_v2")                  # doctest: +SKIP
+        >>> m.embedding(["A man is eating food."]).shape               # doctest: +SKIP
+        (1, 384)
+        """
+        if self.task != "text-embedding":
+            raise HubError(f"{self.label} is a {self.task} module; embedding() needs a text-embedding one")
+        texts = self._texts(texts, "embedding")
+        return np.stack(self._run(texts)) if texts else np.zeros((0, 0), np.float32)
+
+    def predict(self, data, top_k: int | None = None) -> list:
+        """What the task gives, one result per text or image: vectors (embedding), or
+        ``{"label", "score"}`` (classification; a list of them for ``top_k`` > 1 or
+        multi-label)."""
+        if self.task in ("detection", "ocr"):
+            raise HubError(f"{self.label}: use {'recognize_text' if self.task == 'ocr' else 'detect'}() "
+                           f"for a {self.task} module")
+        if self.text is not None:
+            return self._run(self._texts(data, "predict"), top_k)
+        return self._run(self._images(data, "predict"), top_k)
+
+    def classification(self, images, top_k: int | None = None) -> list:
+        """Classes of images (arrays ``[H, W(, C)]`` of uint8 or [0, 1] floats, encoded
+        bytes, base64 text or file paths), as :meth:`predict` gives them."""
+        if self.task not in ("image-classification", "image-multilabel"):
+            raise HubError(f"{self.label} is a {self.task} module; classification() needs an image classifier")
+        return self._run(self._images(images, "classification"), top_k)
+
+    def recognize_text(self, images) -> list:
+        """Boxes, text and scores of every line of text in each image (OCR modules)."""
+        if self.task != "ocr":
+            raise HubError(f"{self.label} is a {self.task} module; recognize_text() needs an OCR module")
+        raise HubError(f"{self.label}: OCR post-processing (text detection, direction and recognition) "
+                       f"is not available in paddlejax {self._paddlejax_version()}")
+
+    @staticmethod
+    def _paddlejax_version() -> str:
+        from paddlejax import __version__
+
+        return __version__
+
+    # -- serving (paddlejax.hub.serving) ------------------------------------------------------------
+    def parse_request(self, payload: dict, limits) -> list:
+        """The items of a request body (``{"texts": [...]}`` or ``{"images": [base64, ...]}``,
+        PaddleHub Serving's shapes), checked against the server's ``limits``."""
+        key = "texts" if self.text is not None else "images"
+        if not isinstance(payload, dict) or key not in payload:
+            raise RequestError(f"{self.name} expects a JSON object with \"{key}\": a list of "
+                               f"{'strings' if key == 'texts' else 'base64-encoded images'}")
+        items = payload[key]
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise RequestError(f"\"{key}\" must be a list of strings")
+        if not items:
+            raise RequestError(f"\"{key}\" is empty")
+        if len(items) > limits.max_items:
+            raise RequestError(f"{len(items)} {key} in one request; the limit is {limits.max_items}", 413)
+        if key == "texts":
+            long = next((i for i, t in enumerate(items) if len(t) > limits.max_text_chars), None)
+            if long is not None:
+                raise RequestError(f"text {long} has {len(items[long]):,} characters; the limit is "
+                                   f"{limits.max_text_chars:,}", 413)
+            return items
+        max_b64 = 4 * (limits.max_image_bytes // 3 + 1) + 64
+        big = next((i for i, t in enumerate(items) if len(t) > max_b64), None)
+        if big is not None:
+            raise RequestError(f"image {big} is over the limit of {limits.max_image_bytes:,} bytes", 413)
+        decoded = []
+        for i, item in enumerate(items):
+            try:
+                decoded.append(processor.decode_image(item, limits.max_image_pixels))
+            except RequestError as e:
+                raise RequestError(f"image {i}: {e}", e.status) from None
+        return decoded
+
+    def run_batch(self, items: list) -> list:
+        """JSON-able results of the items of several requests run as one batch."""
+        results = self._run(items, allow_paths=False) if self.image is not None else self._run(items)
+        return [r.tolist() if isinstance(r, np.ndarray) else r for r in results]
+
+
+def load_servable(spec: str) -> Module:
+    """The installed module ``spec`` (``"name"`` or ``"name>=1,<2"``), its predictor built:
+    what each server replica loads.
+
+    >>> load_servable("digits_cnn").max_batch_size                  # doctest: +SKIP
+    32
+    """
+    module = Module(name=spec, install=False)
+    module.predictor  # compile every bucket before traffic arrives
+    return module

@@ -1,0 +1,46 @@
+"""A program as a layer whose parameters train: Paddle's ``TranslatedLayer`` (``paddle.jit.load``).
+
+A saved or imported program (an inference graph: no dropout, batch norm in eval mode) becomes
+an ``nnx.Module`` whose ``nnx.Param`` s are the program's parameters, so it fine-tunes under
+the Trainer, under a new head, like any layer; tracing it gives its ops back.
+
+>>> import jax.numpy as jnp, paddlejax as pj
+>>> prog = pj.trace(lambda p, x: x @ p["w"], pj.InputSpec((None, 2)), params={"w": jnp.eye(2)})
+>>> layer = ProgramLayer(prog)
+>>> layer(jnp.ones((1, 2))).tolist(), sorted(layer.params)
+([[1.0, 1.0]], ['w'])
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+
+from paddlejax.ir.core import Program
+from paddlejax.lowering import run_program
+
+
+class _Static:
+    """Holds the program as static data of the layer: hashed and compared by identity, so nnx
+    and jit treat every layer over one program alike without hashing the graph."""
+
+    def __init__(self, program: Program):
+        self.program = program
+
+
+class ProgramLayer(nnx.Module):
+    """``program`` as a layer; ``trainable=False`` keeps its parameters as constants
+    (``nnx.Variable`` s the optimizer does not update), for a frozen backbone."""
+
+    def __init__(self, program: Program, trainable: bool = True):
+        if not isinstance(program, Program):
+            raise TypeError(f"ProgramLayer: expected a Program, got {type(program).__name__}")
+        kind = nnx.Param if trainable else nnx.Variable
+        self.source = _Static(program)
+        self.params = nnx.Dict({name: kind(jnp.asarray(value)) for name, value in program.params.items()})
+
+    @property
+    def program(self) -> Program:
+        return self.source.program
+
+    def __call__(self, *inputs):
+        return run_program(self.program, {name: p[...] for name, p in self.params.items()}, inputs)
