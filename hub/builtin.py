@@ -85,7 +85,7 @@ def build_all_minilm_l6_v2(directory: Path, progress: bool = True) -> manifest.M
         outputs={"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 384}})
 
 
-def build_minilm_bbc_news(directory: Path, progress: bool = True, epochs: int = 2, max_seq_len: int = 128,
+def build_minilm_bbc_news(directory: Path, progress: bool = True, epochs: int = 1, max_seq_len: int = 128,
                           batch_size: int = 16, lr: float = 1e-4, limit: int | None = None,
                           seed: int = 0) -> manifest.Manifest:
     """all_minilm_l6_v2 fine-tuned on BBC News through the hub's own Trainer (AdamW with

@@ -178,9 +178,10 @@ class Module:
         buckets = options.get("batch_buckets")
         sizes = None
         if self.text is not None:
-            lengths = options.get("length_buckets") or _default_lengths(self.text.max_length)
+            lengths = {min(n, self.text.max_length) for n in options.get("length_buckets") or ()} \
+                or _default_lengths(self.text.max_length)
             seq = [d for v in self.program.inputs for d in v.type.shape[1:] if isinstance(d, str)]
-            sizes = {seq[0]: tuple(lengths)} if seq else None
+            sizes = {seq[0]: tuple(sorted(lengths))} if seq else None
         return Predictor(self.program, Config(max_batch_size=max_batch,
                                               batch_buckets=tuple(b for b in buckets if b <= max_batch)
                                               if buckets else None,
