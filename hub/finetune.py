@@ -252,8 +252,8 @@ def finetune_spec(module, task: str | None, num_classes: int | None,
     target = FINETUNE_TASKS[task]
     kind = TEXT_TASKS if target.startswith("text") else IMAGE_TASKS
     if module.task not in kind:
-        raise HubError(f"Module: {module.label} is a {module.task} module; task {task!r} needs a "
-                       f"{'text' if kind is TEXT_TASKS else 'image'} module")
+        raise HubError(f"Module: {module.label} is a {module.task} module; task {task!r} needs "
+                       f"{'a text' if kind is TEXT_TASKS else 'an image'} module")
     if label_list is not None:
         labels = tuple(label_list)
         if not labels or not all(isinstance(x, str) for x in labels) or len(set(labels)) != len(labels):
