@@ -62,11 +62,12 @@ def split_requirement(text: str, version: str | None = None) -> tuple[str, str]:
     name, spec = re.match(r"\s*([^=<>!~\s]*)\s*(.*)", text).groups()
     if spec and version:
         raise HubError(f"{text!r}: give the version in the name or as version=, not both")
+    manifest.check_name(name)
     spec = (spec or version or "").strip()
     if spec and spec[0].isdigit():
         spec = f"=={spec}"
     manifest.check_specifier(spec)
-    return manifest.check_name(name), spec
+    return name, spec
 
 
 def installed(name: str | None = None) -> list[manifest.Manifest]:
