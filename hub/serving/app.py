@@ -58,8 +58,8 @@ from paddlejax.hub.serving.limits import Limits
 from paddlejax.hub.serving.metrics import Metrics
 from paddlejax.hub.serving.openapi import openapi
 
-require("starlette", extra="serve", feature="paddlejax.hub.serving")
-require("prometheus_client", extra="serve", feature="paddlejax.hub.serving")
+require("starlette", extra="hub", feature="paddlejax.hub.serving")
+require("prometheus_client", extra="hub", feature="paddlejax.hub.serving")
 
 from starlette.applications import Starlette  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402
@@ -240,8 +240,9 @@ async def _refuse(body: Body, error: RequestError) -> Response:
             ended = await body.discard(body.limit, seconds)
         if not ended:
             headers = {"connection": "close"}
-    log.debug("refused: %s %s", error.status, error)
-    return paddle_response(error.status, str(error), headers=headers)
+    status = error.status if 400 <= error.status < 600 else 400  # a module's RequestError may say anything
+    log.debug("refused: %s %s", status, error)
+    return paddle_response(status, str(error), headers=headers)
 
 
 async def _predict(state: ServingState, request: Request, body: Body, name: str) -> Response:

@@ -1,7 +1,9 @@
 """Dynamic batching: requests for one module, queued, run together in one ``run_batch`` call.
 
 A worker takes the first waiting request, then gathers the ones behind it until their items
-reach the batch size or ``max_wait_s`` has passed since the first arrived; it runs
+reach the batch size or ``max_wait_s`` has passed since the first arrived (or, if shorter,
+the time recent batches took to compute: waiting longer than that delays the whole batch more
+than it would delay the late arrivals to run them in the next one); it runs
 ``module.run_batch`` on all their items in a thread of its own (JAX never blocks the event
 loop) and hands each request its slice of the results. A request with more items than the
 batch size runs alone (the module's predictor runs it in chunks). Without batching, each
@@ -52,7 +54,8 @@ class Batcher:
     - ``name``: the module's name in messages and metrics (default ``module.name``);
     - ``batching``: gather requests into batches (else each runs alone);
     - ``max_batch_size``: items per batch (default the module's ``max_batch_size``);
-    - ``max_wait_s``: the longest the first request of a batch waits for others;
+    - ``max_wait_s``: the longest the first request of a batch waits for others (less for a
+      module whose batches compute faster than that);
     - ``max_queue``: items that may wait; :meth:`submit` refuses more with a 503 RequestError;
     - ``workers``: batches run at once, each in a thread of its own. Keep 1 unless the
       module's ``run_batch`` may run in several threads at the same time.
@@ -77,6 +80,7 @@ class Batcher:
                              f"max_wait_s not negative, got {self.max_batch_size}, {workers}, {max_queue}, "
                              f"{max_wait_s}")
         self.max_wait_s = max_wait_s
+        self.batch_seconds: float | None = None  # moving average of run_batch's time
         self.max_queue = max_queue
         self.workers = workers
         self.metrics = metrics
@@ -161,7 +165,7 @@ class Batcher:
         if not self.batching:
             return batch
         loop = asyncio.get_running_loop()
-        deadline = first.arrived + self.max_wait_s
+        deadline = first.arrived + min(self.max_wait_s, self.batch_seconds or self.max_wait_s)
         while size < self.max_batch_size:
             if self._pending:
                 following = self._pending[0]
@@ -191,7 +195,11 @@ class Batcher:
             if self.metrics is not None:
                 self.metrics.batch_size.labels(module=self.name).observe(len(items))
             try:
+                started = loop.time()
                 results = await loop.run_in_executor(self._executor, self.module.run_batch, items)
+                seconds = loop.time() - started
+                self.batch_seconds = seconds if self.batch_seconds is None else (
+                    0.8 * self.batch_seconds + 0.2 * seconds)
                 if not isinstance(results, (list, tuple)) or len(results) != len(items):
                     got = f"{len(results)} results" if isinstance(results, (list, tuple)) else type(results).__name__
                     raise BatchError(f"module {self.name!r}: run_batch returned {got} for {len(items)} items")

@@ -66,8 +66,8 @@ def deploy_on_ray(module_specs: list[str], *, loader: str = DEFAULT_LOADER, num_
 
     >>> deploy_on_ray(["all_minilm_l6_v2"], num_replicas=2, port=8866)  # doctest: +SKIP
     """
-    ray = require("ray", extra="serve", feature="paddlejax.hub.serving.deploy_on_ray")
-    serve = require("ray.serve", extra="serve", feature="paddlejax.hub.serving.deploy_on_ray")
+    ray = require("ray", extra="serve-ray", feature="paddlejax.hub.serving.deploy_on_ray")
+    serve = require("ray.serve", extra="serve-ray", feature="paddlejax.hub.serving.deploy_on_ray")
     _import_loader(loader)  # a wrong path fails here, not in every replica
     env = {"HUB_HOME": str(hub_home)} if hub_home is not None else {}
     if not ray.is_initialized():

@@ -28,7 +28,7 @@ def make_server(modules: dict, host: str = "127.0.0.1", port: int = 8866, *, log
     >>> make_server({}, port=0).config.port
     0
     """
-    uvicorn = require("uvicorn", extra="serve", feature="paddlejax.hub.serving.serve")
+    uvicorn = require("uvicorn", extra="hub", feature="paddlejax.hub.serving.serve")
     limits = create_app_kwargs.get("limits") or Limits()
     app = create_app(modules, **create_app_kwargs)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",

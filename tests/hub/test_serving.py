@@ -192,6 +192,13 @@ def test_batching_off_runs_each_request_alone():
     assert sorted(module.batches) == sorted(sizes) and module.most_at_once == 1
 
 
+def test_workers_per_module_run_batches_side_by_side():
+    module = fakes.TextLengths(delay=0.1)
+    with Running({"lengths": module}, batching=False, workers_per_module=2) as s:
+        responses = post_all(s.url, [{"texts": [f"w{i}"]} for i in range(6)])
+    assert all(r.status_code == 200 for r in responses) and module.most_at_once == 2
+
+
 def test_results_go_back_to_their_request():
     module = fakes.TextLengths(delay=0.02, max_batch_size=8)
     rng = np.random.default_rng(0)
@@ -346,7 +353,7 @@ def test_over_max_concurrency_is_503():
 
 
 def test_over_max_queue_is_503():
-    module = fakes.TextLengths(delay=0.2, max_batch_size=2)
+    module = fakes.TextLengths(delay=0.3, max_batch_size=2)
     with Running({"lengths": module}, batching=False, limits=Limits(max_items=4, max_queue=4)) as s:
         responses = post_all(s.url, [{"texts": ["q"] * 2} for _ in range(8)])
     codes = sorted(r.status_code for r in responses)
