@@ -49,7 +49,7 @@ class HubReplica:
 def deploy_on_ray(module_specs: list[str], *, loader: str = DEFAULT_LOADER, num_replicas: int = 2,
                   autoscaling: dict | None = None, ray_actor_options: dict | None = None, host: str = "127.0.0.1",
                   port: int = 8000, route_prefix: str = "/", hub_home: str | None = None, name: str = APP_NAME,
-                  **create_app_kwargs):
+                  blocking: bool = False, **create_app_kwargs):
     """Deploy ``module_specs`` on Ray Serve behind its HTTP proxy at ``host:port``; the
     deployment handle once every replica is up.
 
@@ -58,28 +58,28 @@ def deploy_on_ray(module_specs: list[str], *, loader: str = DEFAULT_LOADER, num_
       ``max_replicas``, ``target_ongoing_requests`` ...) in its place;
     - ``ray_actor_options``: each replica's resources (``{"num_cpus": 1}``, ``{"num_gpus": 1}``);
     - ``hub_home``: the replicas' ``HUB_HOME``, where they find installed modules;
+    - ``blocking``: return only at Ctrl-C (SIGINT). A command line needs it unless it deploys
+      onto a cluster started apart (``ray start --head``): a local cluster that this call
+      starts ends with this process.
     - ``create_app_kwargs``: :func:`~paddlejax.hub.serving.create_app`'s (batching, limits ...),
       applied in every replica.
 
-    Connects to the Ray cluster of ``ray.init`` (a local one if none was started). The
-    deployment lives as long as that cluster; ``ray.serve.shutdown()`` removes it.
+    Connects to the Ray cluster of ``ray.init`` (``ray.init()``'s choice when not yet
+    connected: ``RAY_ADDRESS``, a cluster running here, or a new local one). The deployment
+    lives as long as that cluster; ``ray.serve.shutdown()`` removes it.
 
     >>> deploy_on_ray(["all_minilm_l6_v2"], num_replicas=2, port=8866)  # doctest: +SKIP
     """
-    ray = require("ray", extra="serve-ray", feature="paddlejax.hub.serving.deploy_on_ray")
     serve = require("ray.serve", extra="serve-ray", feature="paddlejax.hub.serving.deploy_on_ray")
     _import_loader(loader)  # a wrong path fails here, not in every replica
-    env = {"HUB_HOME": str(hub_home)} if hub_home is not None else {}
-    if not ray.is_initialized():
-        ray.init(runtime_env={"env_vars": env} if env else None)
     options = dict(ray_actor_options or {})
-    if env:
+    if hub_home is not None:
         runtime_env = dict(options.get("runtime_env") or {})
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), "HUB_HOME": str(hub_home)}
         options["runtime_env"] = runtime_env
     serve.start(http_options={"host": host, "port": port})
     scale = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": num_replicas}
     deployment = serve.deployment(serve.ingress()(HubReplica), name="HubReplica", ray_actor_options=options,
                                   **scale)
     app = deployment.bind(list(module_specs), loader, create_app_kwargs)
-    return serve.run(app, name=name, route_prefix=route_prefix)
+    return serve.run(app, name=name, route_prefix=route_prefix, blocking=blocking)

@@ -64,7 +64,7 @@ class TextLengths:
 
     def info(self) -> dict:
         return {"name": self.name, "version": self.version, "task": self.task, "summary": "text lengths",
-                "inputs": {"texts": "list[str]"}, "outputs": {"length": "int"}}
+                "inputs": {"texts": "list[str]"}, "outputs": {"length": "int"}, "hub_home": os.environ.get("HUB_HOME")}
 
 
 class Failing(TextLengths):

@@ -442,7 +442,7 @@ def test_create_app_refuses_what_is_not_a_servable():
 # Ray Serve
 
 @pytest.mark.slow
-def test_ray_serve_spreads_requests_over_two_replicas():
+def test_ray_serve_spreads_requests_over_two_replicas(tmp_path):
     ray = pytest.importorskip("ray")
     serve = pytest.importorskip("ray.serve")
     from paddlejax.hub.serving import deploy_on_ray
@@ -454,7 +454,7 @@ def test_ray_serve_spreads_requests_over_two_replicas():
              runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
     try:
         deploy_on_ray(["lengths:0.01"], loader="serving_fakes:load_servable", num_replicas=2, port=port,
-                      ray_actor_options={"num_cpus": 0.5}, max_wait_ms=2)
+                      ray_actor_options={"num_cpus": 0.5}, hub_home=tmp_path, max_wait_ms=2)
         url = f"http://127.0.0.1:{port}"
         responses = post_all(url, [{"texts": [f"r{i}", "x"]} for i in range(40)])
         assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200]
@@ -463,6 +463,7 @@ def test_ray_serve_spreads_requests_over_two_replicas():
         assert len(pids) == 2, pids
         assert_error(httpx.post(url + "/predict/nope", json={"texts": []}, timeout=TIMEOUT), 404, "102", "lengths")
         assert httpx.get(url + "/health", timeout=TIMEOUT).json()["status"] == "ok"
+        assert httpx.get(url + "/modules/lengths", timeout=TIMEOUT).json()["hub_home"] == str(tmp_path)
     finally:
         serve.shutdown()
         ray.shutdown()
