@@ -80,7 +80,7 @@ def build_all_minilm_l6_v2(directory: Path, progress: bool = True) -> manifest.M
         processor={"text": {"tokenizer": "tokenizer.json", "max_length": encoder.max_seq_length,
                             "inputs": list(TEXT_INPUTS)},
                    "postprocess": {"kind": "embedding", "normalize": False}},
-        predictor={"max_batch_size": 32, "batch_buckets": [1, 8, 32], "length_buckets": [32, 128, 256]},
+        predictor={"max_batch_size": 32, "batch_buckets": [1, 8, 32], "length_buckets": [16, 32, 128, 256]},
         inputs={"texts": {"type": "array", "items": {"type": "string"}}},
         outputs={"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 384}})
 

@@ -116,3 +116,18 @@ def test_distributed_quick():
     assert [z[3] for z in zero][2:] == ["1/16/1", "1/16/1"], out   # a reduce-scatter per parameter, one gather
     merge = dict(re.findall(r"^  (ZeRO-0, k_steps=\d)\s+\S+\s+\S+\s+(\d+\.\d+)\s", out, re.M))
     assert float(merge["ZeRO-0, k_steps=4"]) < float(merge["ZeRO-0, k_steps=1"]) / 3, out  # gradients once per k
+
+
+def test_serving_quick():
+    out = run_quick("serving.py", "--fake", timeout=120)
+    rows = re.findall(r"^(batching|no batching)\s+(\d+)\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\s+(\d+)\s+\d+\.\d\d", out, re.M)
+    assert [r[0] for r in rows] == ["batching", "no batching"] and all(r[2] == "0" for r in rows), out
+    assert re.search(r"^ratio batching / no batching = \d+\.\d\d", out, re.M), out
+    assert re.search(r"^answered 4xx: (\d+) of \1; not 4xx: 0$", out, re.M), out
+    assert "then a correct request: 200" in out
+
+
+def test_hub_finetune_quick():
+    out = run_quick("hub_finetune.py", "--no-progress", timeout=300)
+    assert re.search(r"minilm_bbc_news 1\.0\.0: 1 epoch\(s\), 16 word pieces", out), out
+    assert re.search(r"installed module on 32 held-out articles: accuracy \d+\.\d\d%; served labels match", out), out

@@ -200,10 +200,11 @@ def _serve(args):
         from paddlejax.hub.home import hub_home
         from paddlejax.hub.serving import deploy_on_ray
 
+        print(f"serving {', '.join(specs)} on Ray Serve at http://{args.host}:{args.port} ({args.replicas} "
+              f"replicas) until interrupted", file=sys.stderr)
+        # blocking: a Ray cluster this command started ends with it
         deploy_on_ray(specs, num_replicas=args.replicas, host=args.host, port=args.port, hub_home=str(hub_home()),
-                      **options)
-        print(f"serving {', '.join(specs)} on Ray Serve at http://{args.host}:{args.port} "
-              f"({args.replicas} replicas); stop with `serve shutdown` or ray.serve.shutdown()")
+                      blocking=True, **options)
         return 0
     from paddlejax.hub.module import load_servable
     from paddlejax.hub.serving import serve
