@@ -1,4 +1,4 @@
-"""Serving: throughput and latency of ``POST /predict/<module>`` with dynamic batching on and off,
+"""Serving: throughput and latency of ``POST /predict/<module>`` with dynamic batching on and off;
 then 1,000+ malformed requests.
 
 One module is served on 127.0.0.1 by :func:`paddlejax.hub.serving.make_server` in a thread of

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from paddlejax.files import directory_lock
+from paddlejax.files import directory_lock, pid_alive
 from paddlejax.hub import manifest
 from paddlejax.hub.errors import HubError, ModuleFormatError, ModuleNotFound
 from paddlejax.hub.home import hub_home
@@ -152,13 +152,24 @@ def uninstall(name: str, spec: str = "") -> list[manifest.Manifest]:
 
 
 def clear(modules: bool = False) -> list[str]:
-    """Empty the download cache and the work directory (and, with ``modules``, uninstall
-    everything); returns the directories emptied."""
+    """Empty the download cache and the work directory (but for the work of installs running
+    now), and with ``modules`` uninstall everything; returns the directories emptied."""
     emptied = []
     for sub in ("cache", "tmp") + (("modules",) if modules else ()):
         path = hub_home() / sub
-        if path.exists():
+        if not path.exists():
+            continue
+        if sub == "tmp":
+            # the work of installs still running stays; what killed ones left goes
+            for entry in path.iterdir():
+                pid = entry.name.rsplit("-", 2)[-2] if entry.name.count("-") >= 2 else ""
+                if not (pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid))):
+                    shutil.rmtree(entry, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        else:
             with directory_lock(modules_dir()) if sub == "modules" else contextlib.nullcontext():
                 shutil.rmtree(path, ignore_errors=True)
-            emptied.append(str(path))
+        emptied.append(str(path))
     return emptied
+

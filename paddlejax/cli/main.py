@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     try:
         return COMMANDS[args.command].main(args) or 0
-    except (ProgramFormatError, PassError, ValueError, KeyError, OSError) as e:
+    except (ProgramFormatError, PassError, ValueError, KeyError, OSError, ModuleNotFoundError) as e:
         # a KeyError's str() is the repr of its message, quotes included
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"paddlejax {args.command}: error: {message}", file=sys.stderr)

@@ -162,3 +162,13 @@ def test_install_from_an_archive_url_and_a_file(tmp_path, static_server):
     assert install(str(folder / "tiny.zip"), progress=False).label == "tiny_text 1.0.0"
     with pytest.raises(ArchiveError, match="sha256"):
         install(str(folder / "tiny.zip"), sha256="0" * 64, force=True, progress=False)
+
+
+def test_a_cached_archive_is_reused_after_uninstall(tmp_path, static_server):
+    url, folder, seen = static_server
+    _publish(tmp_path, folder, versions=("1.0",))
+    install("tiny_text", registries=[url], progress=False)
+    store.uninstall("tiny_text")
+    downloads = sum(p.endswith(".tar.gz") for p in seen)
+    assert install("tiny_text", registries=[url], progress=False).version == "1.0"
+    assert sum(p.endswith(".tar.gz") for p in seen) == downloads  # the checked cached copy was used

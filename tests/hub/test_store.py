@@ -112,3 +112,17 @@ def test_concurrent_installers_of_one_module_leave_one_good_copy(tmp_path):
     manifest.read(installed_dir)  # every file verifies
     assert [x.label for x in store.installed()] == ["tiny_text 1.0.0"]
     assert not list((hub_home() / "tmp").iterdir())
+
+
+def test_clear_keeps_the_work_of_installs_still_running():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        running = hub_home() / "tmp" / f"install-x-{sleeper.pid}-abcd"
+        running.mkdir(parents=True)
+        dead = hub_home() / "tmp" / "install-x-999999999-abcd"
+        dead.mkdir()
+        store.clear()
+        assert running.exists() and not dead.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
