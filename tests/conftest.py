@@ -62,10 +62,19 @@ def _programs_read_back_from_their_text():
 
 
 @pytest.fixture(autouse=True)
-def _hub_home_of_its_own(tmp_path_factory, monkeypatch, request):
+def _hub_home_of_its_own(tmp_path_factory, request):
     """Every test gets a hub directory and settings file of its own (never the user's cache),
-    and sees no registry from the environment; doctests that set them are undone afterwards."""
+    and sees no registry from the environment; doctests that set them are undone afterwards.
+    (Not through ``monkeypatch``: a test's own patches must be undone before the round-trip
+    check above reads its programs.)"""
     base = tmp_path_factory.getbasetemp() / "hub-homes" / request.node.nodeid.replace("/", "_")[-120:]
-    monkeypatch.setenv("HUB_HOME", str(base / "home"))
-    monkeypatch.setenv("PADDLEJAX_HUB_CONFIG", str(base / "hub.json"))
-    monkeypatch.delenv("PADDLEJAX_HUB_REGISTRY", raising=False)
+    names = ("HUB_HOME", "PADDLEJAX_HUB_CONFIG", "PADDLEJAX_HUB_REGISTRY")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(HUB_HOME=str(base / "home"), PADDLEJAX_HUB_CONFIG=str(base / "hub.json"))
+    os.environ.pop("PADDLEJAX_HUB_REGISTRY", None)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

