@@ -163,7 +163,7 @@ def build_digits_cnn(directory: Path, progress: bool = True, epochs: int = 12, s
         keywords=["image-classification", "digits", "mnist", "cnn"],
         processor={"image": {"size": [8, 8], "mode": "L", "resize": "area", "scale": 1 / 255, "layout": "NCHW"},
                    "labels": labels, "postprocess": {"kind": "classification", "activation": "softmax"}},
-        predictor={"max_batch_size": 64},
+        predictor={"max_batch_size": 64, "batch_buckets": [1, 8, 64]},
         inputs={"images": {"type": "array", "items": {"type": "string", "contentEncoding": "base64"}}},
         outputs={"type": "array", "items": {"type": "object", "properties": {"label": {"enum": labels},
                                                                              "score": {"type": "number"}}}})

@@ -206,14 +206,14 @@ def _serve(args):
         deploy_on_ray(specs, num_replicas=args.replicas, host=args.host, port=args.port, hub_home=str(hub_home()),
                       blocking=True, **options)
         return 0
-    from paddlejax.hub.module import load_servable
+    from paddlejax.hub.module import Module
     from paddlejax.hub.serving import serve
 
     modules = {}
     for spec in specs:
-        module = load_servable(spec)
+        module = Module(name=spec, progress=not args.no_progress)  # installed first if missing
         modules[module.name] = module
-        print(f"{module.label}: {module.predictor}", file=sys.stderr)
+        print(f"{module.label}: {module.predictor}", file=sys.stderr)  # compiled before traffic arrives
     serve(modules, host=args.host, port=args.port, **options)
 
 

@@ -100,3 +100,48 @@ def test_clear_empties_the_cache(tmp_path, capsys):
     assert "tiny_text" in run(capsys, "list")[1]
     assert "modules" in run(capsys, "clear", "--all")[1]
     assert run(capsys, "list")[1].endswith("(none)\n")
+
+
+def test_serve_answers_over_http_and_stops_gracefully_on_sigterm(tmp_path, capsys):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    tiny.write_text_module(tmp_path / "m")
+    run(capsys, "install", tmp_path / "m")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "paddlejax.cli.main", "hub", "serve", "-m", "tiny_text",
+                               "--port", str(port), "--no-progress"], env=os.environ.copy(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    assert json.loads(r.read())["modules"]["tiny_text"]["version"] == "1.0.0"
+                    break
+            except OSError:
+                assert server.poll() is None, server.stdout.read().decode()[-2000:]
+                time.sleep(0.2)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/predict/tiny_text",
+                                         data=json.dumps({"texts": ["good movie", "bad"]}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "000" and np.asarray(body["results"]).shape == (2, 4)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+    log = server.stdout.read().decode()
+    # uvicorn finishes the requests in flight, shuts the app down, then ends by the signal it got
+    assert "Application shutdown complete" in log and code == -signal.SIGTERM, (code, log[-2000:])
+
+
+def test_serve_refuses_a_module_it_cannot_find(capsys):
+    code, _, err = run(capsys, "serve", "-m", "nope", "--no-progress")
+    assert code == 2 and "no module nope" in err
