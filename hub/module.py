@@ -38,6 +38,8 @@ FINETUNE_TASKS = {"seq-cls": "text-classification", "text-classification": "text
                   "img-multilabel": "image-multilabel", "image-multilabel": "image-multilabel"}
 TEXT_TASKS = ("text-embedding", "text-classification", "text-multilabel")
 IMAGE_TASKS = ("image-classification", "image-multilabel", "detection", "ocr")
+# The largest batch size or sequence length a module may ask to compile.
+MAX_SIZE = 1 << 16
 
 
 def _default_lengths(max_length: int) -> tuple[int, ...]:
@@ -173,7 +175,7 @@ class Module:
         module's ``max_batch_size``; built on first use, then nothing compiles again."""
         from paddlejax.inference import Config, Predictor
 
-        options = dict(self.manifest.predictor)
+        options = self._check_against_program()
         max_batch = self._max_batch_size or options.get("max_batch_size", 32)
         buckets = options.get("batch_buckets")
         sizes = None
@@ -186,6 +188,29 @@ class Module:
                                               batch_buckets=tuple(b for b in buckets if b <= max_batch)
                                               if buckets else None,
                                               size_buckets=sizes, progress=False))
+
+    def _check_against_program(self) -> dict:
+        """The manifest's predictor options, once the processor and the options are checked
+        against the program: a module is data from elsewhere, and a mismatch would otherwise
+        surface as a crash on the first request (or a huge compilation)."""
+        options = dict(self.manifest.predictor)
+        unknown = sorted(set(options) - {"max_batch_size", "batch_buckets", "length_buckets"})
+        if unknown:
+            raise ModuleFormatError(f"{self.label}: predictor keys {unknown} are unknown")
+        sizes = [options.get("max_batch_size", 1), *(options.get("batch_buckets") or ()),
+                 *(options.get("length_buckets") or ()), self.text.max_length if self.text else 1]
+        if any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SIZE for n in sizes):
+            raise ModuleFormatError(f"{self.label}: batch sizes and lengths must be ints in 1..{MAX_SIZE}")
+        inputs = self.text.inputs if self.text is not None else ["image"]
+        if len(inputs) != len(self.program.inputs):
+            raise ModuleFormatError(f"{self.label}: the processor gives {len(inputs)} input(s) ({', '.join(inputs)}) "
+                                    f"but the program takes {len(self.program.inputs)}")
+        out = self.program.outputs[0].type.shape if self.program.outputs else ()
+        if self.postprocess["kind"] == "classification" and self.labels is not None and \
+                (len(out) != 2 or out[1] != len(self.labels)):
+            raise ModuleFormatError(f"{self.label}: {len(self.labels)} labels but the program's output is "
+                                    f"{self.program.outputs[0].type}")
+        return options
 
     @property
     def max_batch_size(self) -> int:

@@ -179,3 +179,27 @@ def test_a_missing_module_names_how_to_get_it():
         Module(name="tiny_text", install=False)
     with pytest.raises(HubError, match="give a name .* or a directory"):
         Module()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"predictor": {"max_batch_size": 10 ** 9}}, r"batch sizes and lengths must be ints in 1\.\.65536"),
+    ({"processor": {"text": {"tokenizer": "tokenizer.json", "max_length": 10 ** 9,
+                             "inputs": ["input_ids", "attention_mask"]}}}, "must be ints in"),
+    ({"predictor": {"warp": 9}}, r"predictor keys \['warp'\] are unknown"),
+    ({"processor": {"text": {"tokenizer": "tokenizer.json", "inputs": ["input_ids"]}}},
+     r"the processor gives 1 input\(s\) \(input_ids\) but the program takes 2"),
+])
+def test_a_module_that_does_not_fit_its_program_is_refused_before_compiling(tmp_path, fields, message):
+    doc_dir = tmp_path / "m"
+    write_text_module(doc_dir)
+    _edit(doc_dir, **fields)
+    with pytest.raises(ModuleFormatError, match=message):
+        Module(directory=doc_dir).predictor
+
+
+def test_labels_must_match_the_classifier_outputs(tmp_path):
+    write_image_module(tmp_path / "m", labels=("cat", "dog", "owl"))
+    _edit(tmp_path / "m", processor={"image": {"size": [4, 4], "mode": "L"}, "labels": ["cat", "dog"],
+                                     "postprocess": {"kind": "classification"}})
+    with pytest.raises(ModuleFormatError, match=r"2 labels but the program's output is f32\[b,3\]"):
+        Module(directory=tmp_path / "m").classification(np.zeros((4, 4)))
