@@ -172,3 +172,24 @@ def test_a_cached_archive_is_reused_after_uninstall(tmp_path, static_server):
     downloads = sum(p.endswith(".tar.gz") for p in seen)
     assert install("tiny_text", registries=[url], progress=False).version == "1.0"
     assert sum(p.endswith(".tar.gz") for p in seen) == downloads  # the checked cached copy was used
+
+
+def test_concurrent_publishers_to_one_registry_keep_every_module(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    for i in range(3):
+        write_text_module(tmp_path / f"m{i}", name=f"tiny_{i}")
+    script = "import sys; from paddlejax.hub import registry; registry.publish(sys.argv[1], sys.argv[2])"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"m{i}"), str(tmp_path / "reg")],
+                              env=os.environ.copy(), stderr=subprocess.PIPE) for i in range(3)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read().decode()[-500:]
+    index = registry.open_index(str(tmp_path / "reg"))
+    assert sorted(index["modules"]) == ["tiny_0", "tiny_1", "tiny_2"]
+    for name, entry in index["modules"].items():
+        release = entry["versions"]["1.0.0"]
+        assert archive.sha256_file(tmp_path / "reg" / release["archive"]) == release["sha256"]
+    assert sorted(p.name for p in (tmp_path / "reg" / "archives").iterdir()) == \
+        ["tiny_0-1.0.0.tar.gz", "tiny_1-1.0.0.tar.gz", "tiny_2-1.0.0.tar.gz"]  # no staging left behind
