@@ -67,7 +67,8 @@ linear = define("linear", _linear,
                 attrs=fused_activation_attrs(),
                 flops=lambda ins, outs, attrs: 2 * math.prod(ins[0]) * ins[1][1],
                 traits=Traits(amp="white", channels="consumed", weight="weight",
-                              weight_out_axis=lambda attrs, rank: rank - 1, saved_for_backward=("operands",)))
+                              weight_out_axis=lambda attrs, rank: rank - 1, channel_axis=lambda attrs, rank: rank - 1,
+                              weight_in_axis=lambda attrs, rank: 0, saved_for_backward=("operands",)))
 
 
 def _contracted(shape, transpose_x):

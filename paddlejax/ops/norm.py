@@ -17,7 +17,7 @@ from jax import lax
 
 from paddlejax import adapter
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.traits import Traits
+from paddlejax.ops.traits import Traits, data_format_axis
 from paddlejax.ops.common import attr_error, channel_axis, from_channels_last, input_error, norm_axis, to_channels_last
 
 # Paddle layout names by rank; only "channels first or last" matters here.
@@ -141,7 +141,7 @@ _BATCH_NORM = dict(
            "training": Attr("bool", False), "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
     outputs=("out", "mean_out", "variance_out"),
     flops=_norm_flops,
-    traits=Traits(amp="norm", layout_sensitive=True, channels="identity",
+    traits=Traits(amp="norm", layout_sensitive=True, channels="identity", channel_axis=data_format_axis,
                   batch_coupled=lambda attrs: attrs.get("training", False)))
 batch_norm = define("batch_norm", _batch_norm, **_BATCH_NORM)
 sync_batch_norm = define("sync_batch_norm", _sync_batch_norm, **_BATCH_NORM)

@@ -64,7 +64,9 @@ class Traits:
       ``weight_out_axis`` that weight's output-channel axis (a function of the attributes, or
       None for one scale per tensor);
     - ``channels``: the :data:`CHANNEL_RULES` entry, or a function of the attributes giving it
-      (None: the op ends a channel dependency group);
+      (None: the op ends a channel dependency group); ``channel_axis`` the channel axis of its
+      data input and output, and ``weight_in_axis`` its weight's input-channel axis (functions
+      of the attributes and the rank), for ops whose channels sit at a place only they know;
     - ``identity_if``: a function of the attributes that says when the op returns its first
       operand unchanged (given equal types); ``unit``: the scalar operand that makes a binary op
       return the other one (``x + 0``, ``x * 1``; on the right unless commutative);
@@ -88,6 +90,8 @@ class Traits:
     weight: str | None = None
     weight_out_axis: Callable[[dict, int], int | None] | None = None
     channels: str | Callable[[dict], str | None] | None = None
+    channel_axis: Callable[[dict, int], int] | None = None
+    weight_in_axis: Callable[[dict, int], int] | None = None
     identity_if: Callable[[dict], bool] | None = None
     unit: float | None = None
     saved_for_backward: tuple[str, ...] | None = None
@@ -123,6 +127,16 @@ class Traits:
     def channel_rule(self, attrs: dict) -> str | None:
         """How the channel axis flows through an op with ``attrs`` (:data:`CHANNEL_RULES`)."""
         return self.channels(attrs) if callable(self.channels) else self.channels
+
+
+def data_format_axis(attrs: dict, rank: int) -> int:
+    """The channel axis a ``data_format`` attribute names: 1 for channels-first (``NCHW``),
+    the last for channels-last (``NHWC``).
+
+    >>> data_format_axis({"data_format": "NHWC"}, 4), data_format_axis({}, 4)
+    (3, 1)
+    """
+    return 1 if attrs.get("data_format", "NC").startswith("NC") else rank - 1
 
 
 _FLAGS = ("pure", "pointwise", "broadcasting", "commutative", "reduction", "layout_sensitive", "reshaping",

@@ -1,0 +1,166 @@
+"""Structured pruning: channel groups from the op traits, and programs with really smaller weights."""
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import paddlejax as pj
+from paddlejax import analysis
+from paddlejax.models.digits import DigitsCNN
+from paddlejax.slim.prune import ChannelGraph, prune
+
+
+def digits_program():
+    pj.nn.seed(0)
+    model = DigitsCNN()
+    model.eval()
+    return pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
+
+
+def groups_of(program):
+    return [(g.producers, len(g.classes)) for g in ChannelGraph(program).groups()]
+
+
+def test_conv_bn_relu_chains_and_flatten_to_linear_form_one_group_per_conv():
+    prog = digits_program()
+    assert groups_of(prog) == [(("features.0.weight",), 32), (("features.3.weight",), 64),
+                               (("features.7.weight",), 128)]  # the classifier's outputs are frozen
+    small = prune(prog, 0.5)
+    shapes = {k: v.shape for k, v in small.params.items()}
+    assert shapes["features.0.weight"] == (16, 1, 3, 3) and shapes["features.1.weight"] == (16,)
+    assert shapes["features.3.weight"] == (32, 16, 3, 3) and shapes["features.4.mean"] == (32,)
+    assert shapes["features.7.weight"] == (64, 32, 3, 3)
+    assert shapes["fc.weight"] == (64 * 2 * 2, 10)  # flatten: each channel's 2x2 positions go together
+    assert np.asarray(small(np.zeros((3, 1, 8, 8), np.float32))).shape == (3, 10)
+
+
+def _silence(prog, conv: str, bn: str, channels):
+    """Zero the filters of ``channels`` and their batch-norm scale and shift: they then output 0."""
+    for name in (conv, f"{bn}.weight", f"{bn}.bias"):
+        value = np.array(prog.params[name])
+        value[list(channels)] = 0
+        prog.params[name] = jnp.asarray(value)
+
+
+@pytest.mark.parametrize("criterion", ["l1_norm", "l2_norm", "bn_scale"])
+def test_pruning_silent_channels_keeps_the_outputs(criterion):
+    prog = digits_program()
+    _silence(prog, "features.0.weight", "features.1", range(0, 32, 2))
+    _silence(prog, "features.3.weight", "features.4", range(1, 64, 2))
+    _silence(prog, "features.7.weight", "features.8", range(64))
+    small = prune(prog, 0.5, criterion=criterion)
+    x = np.random.default_rng(0).random((5, 1, 8, 8), np.float32)
+    np.testing.assert_allclose(np.asarray(small(x)), np.asarray(prog(x)), atol=1e-5)
+    assert small.params["fc.weight"].shape == (256, 10)
+
+
+def _residual(p, x):
+    a = pj.ops.relu(pj.ops.conv2d(x, p["a"], padding=1))
+    b = pj.ops.conv2d(a, p["b"], padding=1)
+    return pj.ops.conv2d(pj.ops.relu(a + b), p["c"]).mean((2, 3))
+
+
+def _params(**shapes):
+    rng = np.random.default_rng(0)
+    return {k: jnp.asarray(rng.standard_normal(s).astype(np.float32)) for k, s in shapes.items()}
+
+
+def test_a_residual_add_prunes_both_branches_together():
+    prog = pj.trace(_residual, pj.InputSpec((None, 2, 6, 6)), params=_params(a=(4, 2, 3, 3), b=(4, 4, 3, 3),
+                                                                             c=(3, 4, 1, 1)))
+    assert groups_of(prog) == [(("a", "b"), 4)]
+    small = prune(prog, 0.5)
+    assert small.params["a"].shape == (2, 2, 3, 3) and small.params["b"].shape == (2, 2, 3, 3)
+    assert small.params["c"].shape == (3, 2, 1, 1)
+    # silent channels in both branches go without changing anything
+    p = dict(prog.params)
+    p["a"] = p["a"].at[jnp.array([1, 3])].set(0)
+    p["b"] = p["b"].at[jnp.array([1, 3])].set(0)
+    prog.params.update(p)
+    x = np.random.default_rng(1).random((2, 2, 6, 6), np.float32)
+    np.testing.assert_allclose(np.asarray(prune(prog, 0.5)(x)), np.asarray(prog(x)), atol=1e-5)
+
+
+def test_depthwise_convolutions_keep_their_channels_one_to_one():
+    def net(p, x):
+        h = pj.ops.relu(pj.ops.conv2d(x, p["a"], padding=1))
+        h = pj.ops.relu(pj.ops.conv2d(h, p["dw"], padding=1, groups=4))
+        return pj.ops.conv2d(h, p["c"]).mean((2, 3))
+
+    prog = pj.trace(net, pj.InputSpec((None, 2, 6, 6)), params=_params(a=(4, 2, 3, 3), dw=(4, 1, 3, 3),
+                                                                       c=(3, 4, 1, 1)))
+    assert groups_of(prog) == [(("a",), 4)]
+    small = prune(prog, 0.5)
+    assert small.params["dw"].shape == (2, 1, 3, 3) and small.params["c"].shape == (3, 2, 1, 1)
+    conv = next(op for op in small.body.ops if op.type == "conv2d" and op.attrs["groups"] > 1)
+    assert conv.attrs["groups"] == 2
+    x = np.random.default_rng(2).random((2, 2, 6, 6), np.float32)
+    assert np.asarray(small(x)).shape == (2, 3)
+
+
+def test_concat_keeps_each_inputs_offsets():
+    def net(p, x):
+        a = pj.ops.relu(pj.ops.conv2d(x, p["a"]))
+        b = pj.ops.relu(pj.ops.conv2d(x, p["b"]))
+        return pj.ops.conv2d(jnp.concatenate([a, b], axis=1), p["c"]).mean((2, 3))
+
+    params = _params(a=(4, 2, 1, 1), b=(6, 2, 1, 1), c=(3, 10, 1, 1))
+    prog = pj.trace(net, pj.InputSpec((None, 2, 5, 5)), params=params)
+    assert groups_of(prog) == [(("a",), 4), (("b",), 6)]
+    small = prune(prog, {"b": 0.5})
+    assert small.params["a"].shape == (4, 2, 1, 1) and small.params["b"].shape == (3, 2, 1, 1)
+    assert small.params["c"].shape == (3, 7, 1, 1)
+    kept_b = [i for i in range(6) if np.abs(np.asarray(params["b"][i])).sum() >= sorted(
+        np.abs(np.asarray(params["b"])).reshape(6, -1).sum(1))[3]]
+    np.testing.assert_array_equal(np.asarray(small.params["c"])[:, 4:], np.asarray(params["c"])[:, [4 + i for i in kept_b]])
+
+
+def test_channels_an_op_without_a_channel_rule_reads_are_frozen():
+    def net(p, x):
+        h = pj.ops.conv2d(x, p["a"])
+        return pj.ops.linear(jnp.sort(h, axis=1).mean((2, 3)), p["w"])
+
+    prog = pj.trace(net, pj.InputSpec((None, 2, 4, 4)), params=_params(a=(4, 2, 1, 1), w=(4, 3)))
+    assert groups_of(prog) == []
+    assert prune(prog, 0.5).params["a"].shape == (4, 2, 1, 1)
+
+
+def test_channels_last_convolutions_prune_on_their_last_axis():
+    def net(p, x):
+        h = pj.ops.relu(pj.ops.conv2d(x, p["a"], data_format="NHWC"))
+        return pj.ops.conv2d(h, p["b"], data_format="NHWC").mean((1, 2))
+
+    prog = pj.trace(net, pj.InputSpec((None, 5, 5, 2)), params=_params(a=(4, 2, 1, 1), b=(3, 4, 1, 1)))
+    small = prune(prog, 0.5)
+    assert small.params["a"].shape == (2, 2, 1, 1) and small.params["b"].shape == (3, 2, 1, 1)
+
+
+def test_a_flops_target_is_reached_with_one_ratio():
+    prog = digits_program()
+    base = analysis.flops(prog, {"b": 1})
+    small = prune(prog, flops=0.5)
+    assert 0.35 * base < analysis.flops(small, {"b": 1}) <= 0.5 * base
+
+
+def test_the_pruned_program_saves_loads_and_fine_tunes(tmp_path):
+    from paddlejax.nn.program_layer import ProgramLayer
+
+    small = prune(digits_program(), 0.5)
+    pj.save(small, tmp_path / "small")
+    loaded = pj.load(tmp_path / "small")
+    x, y = pj.data.Digits("train").arrays()
+    trainer = pj.Trainer(ProgramLayer(loaded), optax.adam(3e-3), metrics=["accuracy"], progress=False)
+    before = trainer.evaluate((x[:256], y[:256]))["loss"]
+    trainer.fit((x[:256], y[:256]), epochs=3, batch_size=64)
+    assert trainer.evaluate((x[:256], y[:256]))["loss"] < before
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "give ratios or flops"), ({"ratios": 0.5, "flops": 0.5}, "give ratios or flops"),
+    ({"ratios": 1.0}, r"a ratio is in \[0, 1\)"), ({"flops": 1.5}, r"in \(0, 1\)"),
+    ({"ratios": {"fc.weight": 0.5}}, r"\['fc.weight'\] produce no prunable channels"),
+    ({"ratios": 0.5, "criterion": "vibes"}, "criterion must be one of"),
+])
+def test_bad_requests_are_explained(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        prune(digits_program(), **kwargs)
