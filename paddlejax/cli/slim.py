@@ -1,7 +1,9 @@
-"""Compress a saved program: ``paddlejax slim quantize`` (post-training int8 quantization).
+"""Compress a saved program: ``paddlejax slim quantize`` (post-training int8 quantization) and
+``paddlejax slim prune`` (structured channel pruning).
 
     paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
     paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
+    paddlejax slim prune out/model --flops 0.5 --criterion l1_norm -o out/model.pruned
 
 ``--calib`` is a ``.npy`` file of calibration inputs (read without unpickling), cut into batches
 of ``--batch-size``. The command prints the per-layer error of the int8 program against the
@@ -23,6 +25,16 @@ float program on the first calibration batch, and the size of the weights before
     paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
     paddlejax slim quantize out/model --calib calib.npy --algo min_max --asymmetric -o out/model.asym
     paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
+"""
+PRUNE = """Structured pruning of a saved program: whole channels are removed from every weight,
+bias and per-channel parameter they touch (groups found from the op traits: conv -> batch norm ->
+activation -> conv, residual adds, depthwise convolutions, concat, flatten -> linear), so the
+saved weights are really smaller and nothing is masked. Prints each group's channels before and
+after, and the FLOPs and parameters of both programs.
+
+    paddlejax slim prune out/model --flops 0.5 -o out/model.pruned
+    paddlejax slim prune out/model --ratio 0.3 --criterion geometry_median -o out/model.pruned
+    paddlejax slim prune out/model --ratios conv1.weight=0.5,layer1.0.conv1.weight=0.25 -o out/model.pruned
 """
 # The observers that calibrate one scale (or range) per activation (paddlejax.slim.quant.OBSERVERS).
 ALGOS = ("hist", "KL", "mse", "avg", "abs_max", "moving_average_abs_max", "min_max")
@@ -51,6 +63,15 @@ def add_arguments(p) -> None:
                    help="add each layer's mean output shift from its int8 weights to its bias")
     q.add_argument("-o", "--output", required=True, help="where to save the quantized program")
     q.add_argument("--report", help="write the per-layer errors as a PNG bar chart here")
+    r = sub.add_parser("prune", help="structured channel pruning of a saved program", description=PRUNE,
+                       formatter_class=p.formatter_class)
+    r.add_argument("path", help="saved program")
+    how = r.add_mutually_exclusive_group(required=True)
+    how.add_argument("--flops", type=float, help="fraction of the FLOPs to remove, e.g. 0.5")
+    how.add_argument("--ratio", type=float, help="fraction of the channels to remove from every group")
+    how.add_argument("--ratios", help="NAME=RATIO,... per producer weight (the names the table lists)")
+    r.add_argument("--criterion", default="l1_norm", help="l1_norm (default), l2_norm, geometry_median, bn_scale")
+    r.add_argument("-o", "--output", required=True, help="where to save the pruned program")
 
 
 def _calibration_batches(path: str, batch_size: int, program) -> list:
@@ -69,6 +90,53 @@ def _calibration_batches(path: str, batch_size: int, program) -> list:
 
 
 def main(args) -> int:
+    return {"quantize": _quantize, "prune": _prune}[args.slim_command](args)
+
+
+def _ratios(text: str) -> dict[str, float]:
+    ratios = {}
+    for item in filter(None, text.split(",")):
+        name, eq, value = item.partition("=")
+        try:
+            ratios[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--ratios expects NAME=RATIO,..., got {item!r}") from None
+        if not eq:
+            raise ValueError(f"--ratios expects NAME=RATIO,..., got {item!r}")
+    return ratios
+
+
+def _prune(args) -> int:
+    import numpy as np
+
+    from paddlejax import analysis
+    from paddlejax.io import load, save
+    from paddlejax.slim.prune import ChannelGraph, prune
+
+    program_path(args.output)
+    check_not_input(args.output, programs=[args.path])
+    program = load(args.path)
+    ratios = args.ratio if args.ratio is not None else _ratios(args.ratios) if args.ratios is not None else None
+    pruned = prune(program, ratios, flops=args.flops, criterion=args.criterion)
+    save(pruned, args.output)
+    rows = [("group (producers)", "channels", "kept")]
+    graph = ChannelGraph(program)
+    for group in graph.groups():
+        first = group.producers[0]
+        axis = graph.producers[first][0]
+        rows.append((", ".join(group.producers), str(len(group.classes)), str(pruned.params[first].shape[axis])))
+    print(f"{program.name}: {len(rows) - 1} prunable groups ({args.criterion})")
+    print(format_table(rows, right_from=1))
+    sizes = {d: 1 for v in program.inputs for d in v.type.shape if isinstance(d, str)}
+    flops = [analysis.flops(p, sizes) for p in (program, pruned)]
+    count = [sum(np.size(v) for v in p.used_params().values()) for p in (program, pruned)]
+    print(f"FLOPs per sample: {flops[0]:,} -> {flops[1]:,} ({1 - flops[1] / flops[0]:.1%} removed); "
+          f"parameters: {count[0]:,} -> {count[1]:,}")
+    print(f"saved {args.output}")
+    return 0
+
+
+def _quantize(args) -> int:
     import sys
     import warnings
 

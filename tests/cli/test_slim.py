@@ -1,5 +1,7 @@
 """paddlejax slim quantize: an int8 program from a saved one and a .npy calibration file, with
 the per-layer error table and chart; bad calibration files are refused by name."""
+import re
+
 import numpy as np
 import pytest
 
@@ -164,3 +166,53 @@ def test_bad_output_paths_are_refused_before_anything_is_written(mlp, capsys, ex
     assert out == "" and err == f"paddlejax slim: error: {message.format(d=tmp)}\n"
     assert sorted(p.name for p in tmp.iterdir()) == ["calib.npy", "mlp.json", "mlp.safetensors"]
     assert ((tmp / "mlp.json").read_bytes(), (tmp / "mlp.safetensors").read_bytes()) == before
+
+
+@pytest.fixture
+def digits_cnn(tmp_path):
+    from paddlejax.models.digits import DigitsCNN
+
+    pj.nn.seed(0)
+    model = DigitsCNN()
+    model.eval()
+    prog = pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
+    pj.save(prog, tmp_path / "cnn")
+    return prog, tmp_path
+
+
+def test_prune_to_a_flops_target_prints_the_groups_and_saves_smaller_weights(digits_cnn, capsys):
+    prog, tmp = digits_cnn
+    assert main(["slim", "prune", str(tmp / "cnn"), "--flops", "0.5", "-o", str(tmp / "small")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "DigitsCNN: 3 prunable groups (l1_norm)"
+    assert [line.split() for line in lines[2:5]] == [["features.0.weight", "32", "22"],
+                                                     ["features.3.weight", "64", "44"],
+                                                     ["features.7.weight", "128", "88"]]
+    removed = float(re.search(r"\((\d+\.\d)% removed\)", lines[5]).group(1))
+    assert 50.0 <= removed < 60.0
+    small = pj.load(tmp / "small")
+    assert small.params["fc.weight"].shape == (88 * 4, 10)
+    assert np.asarray(small(np.zeros((2, 1, 8, 8), np.float32))).shape == (2, 10)
+
+
+def test_prune_by_named_ratios(digits_cnn, capsys):
+    _, tmp = digits_cnn
+    assert main(["slim", "prune", str(tmp / "cnn"), "--ratios", "features.3.weight=0.5", "--criterion", "bn_scale",
+                 "-o", str(tmp / "small")]) == 0
+    small = pj.load(tmp / "small")
+    assert small.params["features.3.weight"].shape == (32, 32, 3, 3)
+    assert small.params["features.0.weight"].shape == (32, 1, 3, 3)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ratios", "nope=0.5"], r"\['nope'\] produce no prunable channels"),
+    (["--ratios", "features.0.weight"], "--ratios expects NAME=RATIO"),
+    (["--ratio", "0.5", "--criterion", "vibes"], "criterion must be one of"),
+    (["--flops", "2"], r"in \(0, 1\)"),
+])
+def test_prune_errors_are_one_line(digits_cnn, capsys, args, message):
+    _, tmp = digits_cnn
+    assert main(["slim", "prune", str(tmp / "cnn"), *args, "-o", str(tmp / "small")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("\n") == 1, err
+    assert not (tmp / "small.json").exists()
