@@ -1,5 +1,5 @@
 """Compression (imported as ``paddlejax.slim``): quantization (:mod:`~paddlejax.slim.quant`) and
-structured pruning (:mod:`~paddlejax.slim.prune`), with more to come.
+structured pruning (:mod:`~paddlejax.slim.pruning`), with more to come.
 
 >>> import paddlejax as pj
 >>> sorted(pj.slim.quant.OBSERVERS)[:3]
@@ -7,4 +7,5 @@ structured pruning (:mod:`~paddlejax.slim.prune`), with more to come.
 """
 from paddlejax.slim import quant  # noqa: F401
 from paddlejax.slim.quant import calibrate, convert, quant_aware, quant_post  # noqa: F401
-from paddlejax.slim.prune import ChannelGraph, prune  # noqa: F401
+from paddlejax.slim import pruning  # noqa: F401
+from paddlejax.slim.pruning import AutoPruner, ChannelGraph, get_ratios_by_loss, prune, sensitivity  # noqa: F401

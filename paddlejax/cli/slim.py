@@ -111,7 +111,7 @@ def _prune(args) -> int:
 
     from paddlejax import analysis
     from paddlejax.io import load, save
-    from paddlejax.slim.prune import ChannelGraph, prune
+    from paddlejax.slim.pruning import ChannelGraph, prune
 
     program_path(args.output)
     check_not_input(args.output, programs=[args.path])

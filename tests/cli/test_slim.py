@@ -1,5 +1,6 @@
 """paddlejax slim quantize: an int8 program from a saved one and a .npy calibration file, with
-the per-layer error table and chart; bad calibration files are refused by name."""
+the per-layer error table and chart; bad calibration files are refused by name. paddlejax slim
+prune: a program with fewer channels, to a FLOPs target or by ratios."""
 import re
 
 import numpy as np

@@ -7,7 +7,7 @@ import pytest
 import paddlejax as pj
 from paddlejax import analysis
 from paddlejax.models.digits import DigitsCNN
-from paddlejax.slim.prune import ChannelGraph, prune
+from paddlejax.slim.pruning import ChannelGraph, prune
 
 
 def digits_program():
@@ -164,3 +164,54 @@ def test_the_pruned_program_saves_loads_and_fine_tunes(tmp_path):
 def test_bad_requests_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
         prune(digits_program(), **kwargs)
+
+
+def _agreement(reference, x):
+    """A metric for tests: how often a pruned program's class agrees with the original's."""
+    want = np.asarray(reference(x)).argmax(1)
+    return lambda p: float((np.asarray(p(x)).argmax(1) == want).mean())
+
+
+def test_sensitivity_measures_each_group_alone_and_resumes_from_its_file(tmp_path):
+    from paddlejax.slim import get_ratios_by_loss, sensitivity
+    from paddlejax.slim.pruning import plot_sensitivity
+
+    prog = digits_program()
+    metric = _agreement(prog, pj.data.Digits("test").images[:64])
+    calls = []
+
+    def counted(p):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # interrupted after two of the six pruned runs
+        return metric(p)
+
+    path = tmp_path / "sens.json"
+    with pytest.raises(KeyboardInterrupt):
+        sensitivity(prog, counted, ratios=(0.25, 0.5), sensitivities_file=path, progress=False)
+    calls.clear()
+    sens = sensitivity(prog, lambda p: calls.append(1) or metric(p), ratios=(0.25, 0.5), sensitivities_file=path,
+                       progress=False)
+    assert len(calls) == 1 + 4  # the baseline, then only the four runs the file lacked
+    assert list(sens) == ["features.0.weight", "features.3.weight", "features.7.weight"]
+    assert all(list(points) == [0.25, 0.5] and all(0 <= v <= 1 for v in points.values()) for points in sens.values())
+    assert get_ratios_by_loss(sens, 1.0) == {name: 0.5 for name in sens}
+    plot_sensitivity(sens, str(tmp_path / "s.png"))
+    assert (tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_auto_pruner_is_seeded_meets_the_flops_target_and_resumes(tmp_path):
+    from paddlejax.slim import AutoPruner
+
+    prog = digits_program()
+    metric = _agreement(prog, pj.data.Digits("test").images[:48])
+    options = dict(pruned_flops=0.4, seed=3, progress=False)
+    straight = AutoPruner(prog, metric, search_steps=4, **options).search()
+    assert straight.flops_removed >= 0.4 and len(straight.history) == 4
+    assert set(straight.ratios) == {"features.0.weight", "features.3.weight", "features.7.weight"}
+    assert straight.reward >= max(r for _, r, _ in straight.history)
+    assert straight.reward == metric(straight.program)
+    checkpoint = tmp_path / "search.json"
+    AutoPruner(prog, metric, search_steps=2, checkpoint=checkpoint, **options).search()
+    resumed = AutoPruner(prog, metric, search_steps=4, checkpoint=checkpoint, **options).search()
+    assert resumed.history == straight.history and resumed.ratios == straight.ratios

@@ -2,7 +2,7 @@
 
 ``prune(program, ratios={producer: ratio} | ratio, criterion=...)`` or ``prune(program,
 flops=0.5)`` (remove about half of the FLOPs, with one ratio for every group) ranks the
-channels of each dependency group (:mod:`~paddlejax.slim.prune.groups`) by a criterion and
+channels of each dependency group (:mod:`~paddlejax.slim.pruning.groups`) by a criterion and
 cuts the lowest from every weight, bias and per-channel parameter they touch; the op types and
 attributes stay, the types are inferred again, and the result is verified.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from paddlejax.ir.core import Program, TensorType
-from paddlejax.slim.prune.groups import ChannelGraph, Group
+from paddlejax.slim.pruning.groups import ChannelGraph, Group
 
 CRITERIA = ("l1_norm", "l2_norm", "geometry_median", "bn_scale")
 

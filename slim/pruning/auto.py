@@ -1,0 +1,141 @@
+"""``AutoPruner``: per-group pruning ratios found by simulated annealing under a FLOPs target
+(PaddleSlim's auto pruner; its defaults: initial temperature 100, reduce rate 0.85).
+
+Each step perturbs the ratios of a few groups, keeps only proposals that remove at least the
+target fraction of FLOPs (retrying up to ``max_try_times``), scores the pruned program with
+``eval_fn`` (higher is better), and accepts a worse proposal with probability
+``exp((reward - current) / T)``, ``T`` shrinking by ``reduce_rate`` each step. Seeded; with
+``checkpoint`` the search state is saved after every step and a new search resumes from it.
+
+>>> import jax.numpy as jnp, numpy as np, paddlejax as pj
+>>> prog = pj.trace(lambda p, x: pj.ops.conv2d(pj.ops.relu(pj.ops.conv2d(x, p["a"])), p["b"]).mean((2, 3)),
+...                 pj.InputSpec((None, 2, 6, 6)), params={"a": jnp.ones((8, 2, 3, 3)), "b": jnp.ones((3, 8, 1, 1))})
+>>> best = AutoPruner(prog, lambda p: -float(np.asarray(p.params["a"]).size), pruned_flops=0.3,
+...                   search_steps=5, seed=0, progress=False).search()
+>>> best.flops_removed >= 0.3
+True
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from paddlejax import analysis
+from paddlejax.ir.core import Program
+from paddlejax.slim.pruning.groups import ChannelGraph
+from paddlejax.slim.pruning.pruner import prune
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """The best ratios found, the program they give, its reward and the FLOPs it removed;
+    ``history`` holds ``(step, reward, accepted)`` for every step."""
+
+    ratios: dict[str, float]
+    program: Program
+    reward: float
+    flops_removed: float
+    history: list[tuple[int, float, bool]]
+
+
+class AutoPruner:
+    """Simulated annealing over per-group ratios (see the module docstring)."""
+
+    def __init__(self, program: Program, eval_fn: Callable[[Program], float], *, pruned_flops: float = 0.5,
+                 init_temperature: float = 100.0, reduce_rate: float = 0.85, search_steps: int = 300,
+                 max_try_times: int = 300, min_ratio: float = 0.0, max_ratio: float = 0.9, step_size: float = 0.1,
+                 criterion: str = "l1_norm", seed: int = 0, checkpoint: str | os.PathLike | None = None,
+                 progress: bool = True):
+        if not 0 < pruned_flops < 1:
+            raise ValueError(f"AutoPruner: pruned_flops is the fraction of FLOPs to remove, in (0, 1); got {pruned_flops!r}")
+        if not 0 < reduce_rate < 1 or init_temperature <= 0:
+            raise ValueError("AutoPruner: init_temperature must be positive and reduce_rate in (0, 1)")
+        self.program, self.eval_fn = program, eval_fn
+        self.pruned_flops, self.criterion = pruned_flops, criterion
+        self.init_temperature, self.reduce_rate = init_temperature, reduce_rate
+        self.search_steps, self.max_try_times = search_steps, max_try_times
+        self.min_ratio, self.max_ratio, self.step_size = min_ratio, max_ratio, step_size
+        self.seed, self.checkpoint, self.progress = seed, checkpoint, progress
+        self.names = [g.producers[0] for g in ChannelGraph(program).groups()]
+        if not self.names:
+            raise ValueError(f"AutoPruner: {program.name} has no prunable group")
+        self.sizes = {d: 1 for v in program.inputs for d in v.type.shape if isinstance(d, str)}
+        self.base_flops = analysis.flops(program, self.sizes)
+
+    def _removed(self, pruned: Program) -> float:
+        return 1 - analysis.flops(pruned, self.sizes) / self.base_flops
+
+    def _propose(self, rng: np.random.Generator, ratios: np.ndarray) -> tuple[np.ndarray, Program]:
+        for _ in range(self.max_try_times):
+            new = ratios.copy()
+            picked = rng.choice(len(new), size=max(1, len(new) // 3), replace=False)
+            new[picked] = np.clip(new[picked] + rng.uniform(-self.step_size, self.step_size, len(picked)),
+                                  self.min_ratio, self.max_ratio)
+            pruned = self._prune(new)
+            if self._removed(pruned) >= self.pruned_flops:
+                return new, pruned
+        raise RuntimeError(f"AutoPruner: no proposal in {self.max_try_times} tries removes {self.pruned_flops:.0%} "
+                           f"of the FLOPs; raise max_ratio or lower pruned_flops")
+
+    def _prune(self, ratios: np.ndarray) -> Program:
+        return prune(self.program, dict(zip(self.names, map(float, ratios))), criterion=self.criterion)
+
+    def _start(self) -> dict:
+        """A first point that meets the target: one ratio for all, raised until it does."""
+        for ratio in np.linspace(0.05, self.max_ratio, 18):
+            ratios = np.full(len(self.names), ratio)
+            pruned = self._prune(ratios)
+            if self._removed(pruned) >= self.pruned_flops:
+                reward = float(self.eval_fn(pruned))
+                return {"step": 0, "rng": None, "current": ratios.tolist(), "current_reward": reward,
+                        "best": ratios.tolist(), "best_reward": reward, "history": []}
+        raise RuntimeError(f"AutoPruner: even {self.max_ratio:.0%} of every group removes less than "
+                           f"{self.pruned_flops:.0%} of the FLOPs")
+
+    def search(self) -> SearchResult:
+        """Run (or resume) the search; the best ratios and their pruned program."""
+        from tqdm.auto import tqdm
+
+        state = None
+        if self.checkpoint is not None and os.path.exists(self.checkpoint):
+            with open(self.checkpoint) as f:
+                state = json.load(f)
+            if state.get("names") != self.names:
+                raise ValueError(f"AutoPruner: {self.checkpoint} is the search of another program's groups")
+        state = state or {**self._start(), "names": self.names}
+        rng = np.random.default_rng(self.seed)
+        if state["rng"] is not None:
+            rng.bit_generator.state = state["rng"]
+        current = np.array(state["current"])
+        with tqdm(total=self.search_steps, initial=state["step"], desc="auto-prune", unit="step",
+                  disable=not self.progress) as bar:
+            while state["step"] < self.search_steps:
+                temperature = self.init_temperature * self.reduce_rate ** state["step"]
+                proposal, pruned = self._propose(rng, current)
+                reward = float(self.eval_fn(pruned))
+                accept = reward >= state["current_reward"] or \
+                    rng.random() < math.exp((reward - state["current_reward"]) / max(temperature, 1e-12))
+                if accept:
+                    current, state["current_reward"] = proposal, reward
+                    state["current"] = proposal.tolist()
+                if reward > state["best_reward"]:
+                    state["best"], state["best_reward"] = proposal.tolist(), reward
+                state["step"] += 1
+                state["history"].append((state["step"], reward, bool(accept)))
+                state["rng"] = rng.bit_generator.state
+                bar.update(1)
+                bar.set_postfix(reward=f"{reward:.4g}", best=f"{state['best_reward']:.4g}")
+                if self.checkpoint is not None:
+                    tmp = f"{self.checkpoint}.tmp"
+                    with open(tmp, "w") as f:
+                        json.dump(state, f)
+                    os.replace(tmp, self.checkpoint)
+        best = np.array(state["best"])
+        program = self._prune(best)
+        return SearchResult(dict(zip(self.names, map(float, best))), program, state["best_reward"],
+                            self._removed(program), [tuple(h) for h in state["history"]])
