@@ -131,3 +131,14 @@ def test_hub_finetune_quick():
     out = run_quick("hub_finetune.py", "--no-progress", timeout=300)
     assert re.search(r"minilm_bbc_news 1\.0\.0: 1 epoch\(s\), 16 word pieces", out), out
     assert re.search(r"installed module on 32 held-out articles: accuracy \d+\.\d\d%; served labels match", out), out
+
+
+def test_slim_quick():
+    out = run_quick("slim.py", timeout=300)
+    rows = re.findall(r"^(unpruned|l1_norm|auto-pruner)\s+([\d,]+)\s+([\d,]+)\s+(\d+\.\d\d)%\s+(\d+\.\d+)\s+(\d+\.\d\d)x\s+"
+                      r"(\d+\.\d)$", out, re.M)
+    assert [r[0] for r in rows] == ["unpruned", "l1_norm", "auto-pruner"], out
+    base_flops = int(rows[0][1].replace(",", ""))
+    assert all(int(r[1].replace(",", "")) <= 0.5 * base_flops for r in rows[1:]), out  # the FLOPs target holds
+    assert all(float(r[6]) < float(rows[0][6]) for r in rows[1:]), out  # and the saved weights are smaller
+    assert re.search(r"^ResNet-18 \(32x32\), -50% FLOPs by l1_norm: FLOPs 74,386,432 -> \d", out, re.M), out
