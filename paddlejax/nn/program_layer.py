@@ -9,6 +9,9 @@ the Trainer, under a new head, like any layer; tracing it gives its ops back.
 >>> layer = ProgramLayer(prog)
 >>> layer(jnp.ones((1, 2))).tolist(), sorted(layer.params)
 ([[1.0, 1.0]], ['w'])
+
+Parameters the op library marks as state (batch norm's running mean and variance) become
+``nnx.BatchStat`` s: they ride along and are saved, but no optimizer moves them.
 """
 from __future__ import annotations
 
@@ -35,8 +38,10 @@ class ProgramLayer(nnx.Module):
         if not isinstance(program, Program):
             raise TypeError(f"ProgramLayer: expected a Program, got {type(program).__name__}")
         kind = nnx.Param if trainable else nnx.Variable
+        state = _state_params(program)
         self.source = _Static(program)
-        self.params = nnx.Dict({name: kind(jnp.asarray(value)) for name, value in program.params.items()})
+        self.params = nnx.Dict({name: (nnx.BatchStat if name in state else kind)(jnp.asarray(value))
+                                for name, value in program.params.items()})
 
     @property
     def program(self) -> Program:
@@ -44,3 +49,20 @@ class ProgramLayer(nnx.Module):
 
     def __call__(self, *inputs):
         return run_program(self.program, {name: p[...] for name, p in self.params.items()}, inputs)
+
+
+def _state_params(program: Program) -> set[str]:
+    """The parameters that ops read through inputs declared as state (running statistics)."""
+    from paddlejax.ops import registry
+    from paddlejax.passes.query import param_name
+
+    names = set()
+    for op in program.walk():
+        opdef = registry.lookup(op.type)
+        if opdef is None:
+            continue
+        for spec in opdef.inputs:
+            value = op.input(spec.name) if spec.state else None
+            if value is not None and not isinstance(value, list) and param_name(value) is not None:
+                names.add(param_name(value))
+    return names
