@@ -1,7 +1,8 @@
 """Structured pruning: accuracy after fine-tuning, latency and size, pruned vs unpruned, side by side.
 
 1. DigitsCNN trained on scikit-learn's digits (the demo's recipe), pruned to -50 % FLOPs by
-   ``l1_norm`` with one ratio for all groups, and by the simulated-annealing ``AutoPruner``
+   ``l1_norm`` and by ``bn_scale`` with one ratio for all groups, and by the simulated-annealing
+   ``AutoPruner`` (``l1_norm`` within groups)
    (reward: accuracy on the last 20 % of the training split, never the test split); each pruned
    program is fine-tuned through the Trainer (as a ``ProgramLayer``). Held-out accuracy of each,
    Predictor latency at batch 32 (frozen, tuned, calls interleaved) and saved size.
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("--flops", type=float, default=0.5, help="fraction of FLOPs to remove (default 0.5)")
     p.add_argument("--search-steps", type=int, default=None, help="AutoPruner steps (default 30; 2 with --quick)")
     args = p.parse_args(argv)
-    epochs, tune_epochs = (2, 1) if args.quick else (12, 6)
+    epochs, tune_epochs = (2, 1) if args.quick else (12, 12)
     steps = args.search_steps or (2 if args.quick else 30)
     repeats = 5 if args.quick else 40
     print(machine())
@@ -86,11 +87,12 @@ def main(argv=None) -> int:
     base = pj.to_static(model, pj.InputSpec((None, 1, 8, 8)), name="DigitsCNN")
     sizes = {"b": 1}
     programs = {"unpruned": base}
-    programs["l1_norm"] = fine_tune(prune(base, flops=args.flops), (x, y), tune_epochs, 1e-3)
+    for criterion in ("l1_norm", "bn_scale"):
+        programs[criterion] = fine_tune(prune(base, flops=args.flops, criterion=criterion), (x, y), tune_epochs, 2e-3)
     reward = lambda prog: accuracy(prog, x[split:], y[split:])  # noqa: E731
     search = AutoPruner(base, reward, pruned_flops=args.flops, search_steps=steps, seed=0, progress=not args.quick)
     found = search.search()
-    programs["auto-pruner"] = fine_tune(found.program, (x, y), tune_epochs, 1e-3)
+    programs["auto-pruner"] = fine_tune(found.program, (x, y), tune_epochs, 2e-3)
     times = latency(programs, 32, repeats, tune=not args.quick)
     print(f"\nDigitsCNN, -{args.flops:.0%} FLOPs target; fine-tuned {tune_epochs} epochs after pruning; "
           f"latency: Predictor, batch 32, frozen{'' if args.quick else ', tuned'}")

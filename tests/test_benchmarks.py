@@ -135,9 +135,9 @@ def test_hub_finetune_quick():
 
 def test_slim_quick():
     out = run_quick("slim.py", timeout=300)
-    rows = re.findall(r"^(unpruned|l1_norm|auto-pruner)\s+([\d,]+)\s+([\d,]+)\s+(\d+\.\d\d)%\s+(\d+\.\d+)\s+(\d+\.\d\d)x\s+"
+    rows = re.findall(r"^(unpruned|l1_norm|bn_scale|auto-pruner)\s+([\d,]+)\s+([\d,]+)\s+(\d+\.\d\d)%\s+(\d+\.\d+)\s+(\d+\.\d\d)x\s+"
                       r"(\d+\.\d)$", out, re.M)
-    assert [r[0] for r in rows] == ["unpruned", "l1_norm", "auto-pruner"], out
+    assert [r[0] for r in rows] == ["unpruned", "l1_norm", "bn_scale", "auto-pruner"], out
     base_flops = int(rows[0][1].replace(",", ""))
     assert all(int(r[1].replace(",", "")) <= 0.5 * base_flops for r in rows[1:]), out  # the FLOPs target holds
     assert all(float(r[6]) < float(rows[0][6]) for r in rows[1:]), out  # and the saved weights are smaller
