@@ -8,7 +8,9 @@ attributes stay, the types are inferred again, and the result is verified.
 
 Criteria (PaddleSlim's names): ``l1_norm`` and ``l2_norm`` of each output channel's filter,
 ``geometry_median`` (FPGM: the filters nearest the others' geometric median are the most
-replaceable), ``bn_scale`` (network slimming: the following batch norm's ``|gamma|``).
+replaceable), ``bn_scale`` (network slimming: the following batch norm's ``|gamma|``),
+``taylor`` (first order: ``|w * dL/dw|`` summed over a filter, the loss's change if it went, from
+labelled ``samples``).
 
 >>> import jax.numpy as jnp, numpy as np, paddlejax as pj
 >>> w1 = np.ones((4, 2, 3, 3), np.float32); w1[1] = 0.1
@@ -26,14 +28,35 @@ import numpy as np
 from paddlejax.ir.core import Program, TensorType
 from paddlejax.slim.pruning.groups import ChannelGraph, Group
 
-CRITERIA = ("l1_norm", "l2_norm", "geometry_median", "bn_scale")
+CRITERIA = ("l1_norm", "l2_norm", "geometry_median", "bn_scale", "taylor")
 
 
-def channel_scores(graph: ChannelGraph, criterion: str) -> dict[int, float]:
-    """A score per channel id (higher: more important) from each producer's weights."""
+def _taylor_gradients(program: Program, samples) -> dict:
+    """Gradients of the mean cross-entropy of ``samples = (inputs, integer labels)``."""
+    import jax
+    import optax
+
+    if not (isinstance(samples, (tuple, list)) and len(samples) == 2):
+        raise ValueError("prune: criterion 'taylor' needs samples=(inputs, labels) to take gradients on")
+    inputs, labels = samples
+
+    def loss(params):
+        logits = program.apply(params, inputs)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+    return jax.grad(loss)(program.params)
+
+
+def channel_scores(graph: ChannelGraph, criterion: str, samples=None) -> dict[int, float]:
+    """A score per channel id (higher: more important) from each producer's weights (and,
+    for ``taylor``, their gradients on ``samples``)."""
     if criterion not in CRITERIA:
         raise ValueError(f"prune: criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
     params = graph.program.params
+    if criterion == "taylor":
+        grads = _taylor_gradients(graph.program, samples)
+        params = {name: np.asarray(params[name]) * np.asarray(grads[name]) for name in graph.producers}
+        criterion = "l1_norm"  # |w * g| summed over each filter
     scores: dict[int, float] = {}
     if criterion == "bn_scale":
         for name, ids in graph.scales.items():
@@ -99,18 +122,19 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
 
 
 def prune(program: Program, ratios: float | dict[str, float] | None = None, *, flops: float | None = None,
-          criterion: str = "l1_norm") -> Program:
+          criterion: str = "l1_norm", samples=None) -> Program:
     """A copy of ``program`` with channels pruned: ``ratios`` is one ratio for every group or
     ``{producer weight: ratio}`` (a group's ratio is its first named producer's); ``flops``
     (instead) is the fraction of the FLOPs to remove, reached with one ratio for all groups.
-    Groups keep at least one channel; frozen channels (those reaching the outputs) stay."""
+    Groups keep at least one channel; frozen channels (those reaching the outputs) stay.
+    ``samples`` (``(inputs, integer labels)``) feed the ``taylor`` criterion."""
     from paddlejax import analysis
 
     if (ratios is None) == (flops is None):
         raise ValueError("prune: give ratios or flops (the fraction of FLOPs to remove)")
     graph = ChannelGraph(program)
     groups = graph.groups()
-    scores = channel_scores(graph, criterion)
+    scores = channel_scores(graph, criterion, samples)
     if flops is not None:
         if not 0 < flops < 1:
             raise ValueError(f"prune: flops is the fraction of FLOPs to remove, in (0, 1); got {flops!r}")

@@ -215,3 +215,13 @@ def test_auto_pruner_is_seeded_meets_the_flops_target_and_resumes(tmp_path):
     AutoPruner(prog, metric, search_steps=2, checkpoint=checkpoint, **options).search()
     resumed = AutoPruner(prog, metric, search_steps=4, checkpoint=checkpoint, **options).search()
     assert resumed.history == straight.history and resumed.ratios == straight.ratios
+
+
+def test_the_taylor_criterion_ranks_by_weight_times_gradient_on_samples():
+    prog = digits_program()
+    x, y = pj.data.Digits("train").arrays()
+    _silence(prog, "features.3.weight", "features.4", range(0, 64, 2))  # no effect on the loss: first to go
+    small = prune(prog, {"features.3.weight": 0.5}, criterion="taylor", samples=(x[:64], y[:64]))
+    np.testing.assert_allclose(np.asarray(small(x[:8])), np.asarray(prog(x[:8])), atol=1e-5)
+    with pytest.raises(ValueError, match="needs samples=\\(inputs, labels\\)"):
+        prune(prog, 0.5, criterion="taylor")
