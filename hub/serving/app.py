@@ -29,17 +29,8 @@ The other routes: ``GET /health``, ``GET /modules/<name>`` (the module's ``info(
 ``GET /metrics`` (Prometheus' text format, :mod:`~paddlejax.hub.serving.metrics`) and
 ``GET /openapi.json``. Unknown routes and methods get the same JSON error shape.
 
->>> class Echo:
-...     name, version, task, max_batch_size = "echo", "1.0.0", "text-embedding", 8
-...     def parse_request(self, payload, limits):
-...         return payload["texts"]
-...     def run_batch(self, items):
-...         return [len(t) for t in items]
-...     def info(self):
-...         return {"name": self.name, "version": self.version, "task": self.task}
->>> app = create_app({"echo": Echo()})
->>> sorted(r.path for r in app.routes)
-['/health', '/metrics', '/modules/{name}', '/openapi.json', '/predict/{module}']
+:func:`create_app`'s docstring shows a servable: any object with ``name``, ``version``, ``task``,
+``max_batch_size``, ``parse_request``, ``run_batch`` and ``info``.
 """
 from __future__ import annotations
 
@@ -347,6 +338,8 @@ def create_app(modules: dict, *, batching: bool = True, max_batch_size: int | No
     >>> app = create_app({"echo": Echo()}, max_wait_ms=2, limits=Limits(max_items=64))
     >>> app.state.serving.batchers["echo"].max_batch_size
     8
+    >>> sorted(r.path for r in app.routes)
+    ['/health', '/metrics', '/modules/{name}', '/openapi.json', '/predict/{module}']
     """
     for name, module in modules.items():
         missing = [a for a in SERVABLE_ATTRIBUTES if not hasattr(module, a)]

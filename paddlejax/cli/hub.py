@@ -273,12 +273,13 @@ def _convert(args):
 
     if args.task not in TASKS:
         raise ValueError(f"--task must be one of {', '.join(TASKS)}, got {args.task!r}")
-    processor, files = {}, {}
+    processor, files, program = {}, {}, None
     if args.task.startswith("text"):
         if not args.tokenizer:
             raise ValueError(f"--task {args.task} needs --tokenizer tokenizer.json")
         files["tokenizer.json"] = Path(args.tokenizer)
-        names = [v.name for v in load(args.program).inputs]
+        program = load(args.program)
+        names = [v.name for v in program.inputs]
         processor["text"] = {"tokenizer": "tokenizer.json", "max_length": args.max_length,
                              "inputs": [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in names]
                              or ["input_ids", "token_type_ids", "attention_mask"][:len(names)]}
@@ -302,7 +303,7 @@ def _convert(args):
         if args.threshold is not None:
             post["threshold"] = args.threshold
         processor["postprocess"] = post
-    m = write_module(args.output, programs={"model": load(args.program)}, files=files, name=args.name,
+    m = write_module(args.output, programs={"model": program or load(args.program)}, files=files, name=args.name,
                      version=args.module_version, task=args.task, summary=args.summary, license=args.license,
                      processor=processor)
     from paddlejax.hub.module import Module

@@ -123,7 +123,9 @@ class ChannelGraph:
             return False
         axis %= len(v.type.shape)
         for s in self.slices:
-            if s.param == name and s.axis == axis and not np.array_equal(s.origin, ids):
+            if s.param == name and s.axis == axis:
+                if np.array_equal(s.origin, ids):
+                    return True  # read again with the same channels: cut once
                 # one weight read in two places with different channels: keep both as they are
                 self.freeze(ids)
                 self.freeze(s.origin)
@@ -179,29 +181,19 @@ class ChannelGraph:
             return True
         for r in op.results:
             for axis in range(len(r.type.shape)):
-                found = None
-                for v in op.operands:
-                    shift = len(v.type.shape) - len(r.type.shape)
-                    if axis + shift < 0:
-                        continue
-                    ids = self.get(v, axis + shift) if shift >= 0 else None
-                    size = v.type.shape[axis + shift]
-                    if ids is not None:
-                        if found is None:
-                            found = ids
-                        else:
-                            self.couple(found, ids)
-                    elif found is not None and size == r.type.shape[axis] and size != 1 and param_name(v):
-                        self.slice(v, axis + shift, found)  # a per-channel parameter broadcast in
-                if found is not None:
-                    self.put(r, axis, found)
-                    for v in op.operands:  # per-channel parameters seen before the ids
-                        shift = len(v.type.shape) - len(r.type.shape)
-                        if (axis + shift >= 0 and self.get(v, axis + shift) is None and param_name(v)
-                                and v.type.shape[axis + shift] == r.type.shape[axis] != 1
-                                and not any(s.param == param_name(v) and s.axis == axis + shift
-                                            for s in self.slices)):
-                            self.slice(v, axis + shift, found)
+                # operands aligned with this result axis as numpy broadcasting aligns them
+                aligned = [(v, a) for v in op.operands
+                           if (a := axis + len(v.type.shape) - len(r.type.shape)) >= 0]
+                carried = [self.get(v, a) for v, a in aligned if len(v.type.shape) >= len(r.type.shape)]
+                carried = [ids for ids in carried if ids is not None]
+                if not carried:
+                    continue
+                for ids in carried[1:]:
+                    self.couple(carried[0], ids)
+                self.put(r, axis, carried[0])
+                for v, a in aligned:  # a per-channel parameter broadcast in
+                    if self.get(v, a) is None and param_name(v) and v.type.shape[a] == r.type.shape[axis] != 1:
+                        self.slice(v, a, carried[0])
         return True
 
     def _grouped(self, op: Op) -> bool:

@@ -225,3 +225,15 @@ def test_the_taylor_criterion_ranks_by_weight_times_gradient_on_samples():
     np.testing.assert_allclose(np.asarray(small(x[:8])), np.asarray(prog(x[:8])), atol=1e-5)
     with pytest.raises(ValueError, match="needs samples=\\(inputs, labels\\)"):
         prune(prog, 0.5, criterion="taylor")
+
+
+def test_a_per_channel_parameter_read_twice_is_cut_once():
+    def net(p, x):
+        h = pj.ops.conv2d(x, p["a"])
+        h = pj.ops.relu(h * p["s"]) * p["s"]
+        return pj.ops.conv2d(h, p["c"]).mean((2, 3))
+
+    prog = pj.trace(net, pj.InputSpec((None, 2, 4, 4)), params=_params(a=(4, 2, 1, 1), s=(1, 4, 1, 1), c=(3, 4, 1, 1)))
+    small = prune(prog, 0.5)
+    assert small.params["s"].shape == (1, 2, 1, 1) and small.params["c"].shape == (3, 2, 1, 1)
+    assert np.asarray(small(np.ones((2, 2, 4, 4), np.float32))).shape == (2, 3)
