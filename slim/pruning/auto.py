@@ -4,7 +4,8 @@
 Each step perturbs the ratios of a few groups, keeps only proposals that remove at least the
 target fraction of FLOPs (retrying up to ``max_try_times``), scores the pruned program with
 ``eval_fn`` (higher is better), and accepts a worse proposal with probability
-``exp((reward - current) / T)``, ``T`` shrinking by ``reduce_rate`` each step. Seeded; with
+``exp((reward - current) / T)``, ``T`` shrinking by ``reduce_rate`` each step (the annealing
+of :mod:`paddlejax.slim.nas.annealing`, which the architecture search shares). Seeded; with
 ``checkpoint`` the search state is saved after every step and a new search resumes from it.
 
 >>> import jax.numpy as jnp, numpy as np, paddlejax as pj
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from paddlejax import analysis
 from paddlejax.ir.core import Program
+from paddlejax.slim.nas.annealing import Annealing
 from paddlejax.slim.pruning.groups import ChannelGraph
 from paddlejax.slim.pruning.pruner import prune
 
@@ -70,30 +71,24 @@ class AutoPruner:
     def _removed(self, pruned: Program) -> float:
         return 1 - analysis.flops(pruned, self.sizes) / self.base_flops
 
-    def _propose(self, rng: np.random.Generator, ratios: np.ndarray) -> tuple[np.ndarray, Program]:
-        for _ in range(self.max_try_times):
-            new = ratios.copy()
-            picked = rng.choice(len(new), size=max(1, len(new) // 3), replace=False)
-            new[picked] = np.clip(new[picked] + rng.uniform(-self.step_size, self.step_size, len(picked)),
-                                  self.min_ratio, self.max_ratio)
-            pruned = self._prune(new)
-            if self._removed(pruned) >= self.pruned_flops:
-                return new, pruned
-        raise RuntimeError(f"AutoPruner: no proposal in {self.max_try_times} tries removes {self.pruned_flops:.0%} "
-                           f"of the FLOPs; raise max_ratio or lower pruned_flops")
+    def _propose(self, rng: np.random.Generator, ratios: np.ndarray) -> tuple[np.ndarray, Program] | None:
+        new = ratios.copy()
+        picked = rng.choice(len(new), size=max(1, len(new) // 3), replace=False)
+        new[picked] = np.clip(new[picked] + rng.uniform(-self.step_size, self.step_size, len(picked)),
+                              self.min_ratio, self.max_ratio)
+        pruned = self._prune(new)
+        return (new, pruned) if self._removed(pruned) >= self.pruned_flops else None
 
     def _prune(self, ratios: np.ndarray) -> Program:
         return prune(self.program, dict(zip(self.names, map(float, ratios))), criterion=self.criterion)
 
-    def _start(self) -> dict:
-        """A first point that meets the target: one ratio for all, raised until it does."""
+    def _start(self, search: Annealing) -> None:
+        """Begin at a point that meets the target: one ratio for all, raised until it does."""
         for ratio in np.linspace(0.05, self.max_ratio, 18):
             ratios = np.full(len(self.names), ratio)
             pruned = self._prune(ratios)
             if self._removed(pruned) >= self.pruned_flops:
-                reward = float(self.eval_fn(pruned))
-                return {"step": 0, "rng": None, "current": ratios.tolist(), "current_reward": reward,
-                        "best": ratios.tolist(), "best_reward": reward, "history": []}
+                return search.start(ratios.tolist(), float(self.eval_fn(pruned)))
         raise RuntimeError(f"AutoPruner: even {self.max_ratio:.0%} of every group removes less than "
                            f"{self.pruned_flops:.0%} of the FLOPs")
 
@@ -105,37 +100,27 @@ class AutoPruner:
         if self.checkpoint is not None and os.path.exists(self.checkpoint):
             with open(self.checkpoint) as f:
                 state = json.load(f)
-            if state.get("names") != self.names:
+            if state.pop("names", None) != self.names:
                 raise ValueError(f"AutoPruner: {self.checkpoint} is the search of another program's groups")
-        state = state or {**self._start(), "names": self.names}
-        rng = np.random.default_rng(self.seed)
-        if state["rng"] is not None:
-            rng.bit_generator.state = state["rng"]
-        current = np.array(state["current"])
-        with tqdm(total=self.search_steps, initial=state["step"], desc="auto-prune", unit="step",
+        search = Annealing(self.init_temperature, self.reduce_rate, self.seed, state)
+        if state is None:
+            self._start(search)
+        with tqdm(total=self.search_steps, initial=search.step, desc="auto-prune", unit="step",
                   disable=not self.progress) as bar:
-            while state["step"] < self.search_steps:
-                temperature = self.init_temperature * self.reduce_rate ** state["step"]
-                proposal, pruned = self._propose(rng, current)
+            while search.step < self.search_steps:
+                current = np.array(search.state["current"])
+                proposed = search.propose(lambda rng: self._propose(rng, current), self.max_try_times)
+                if proposed is None:
+                    raise RuntimeError(f"AutoPruner: no proposal in {self.max_try_times} tries removes "
+                                       f"{self.pruned_flops:.0%} of the FLOPs; raise max_ratio or lower pruned_flops")
+                ratios, pruned = proposed
                 reward = float(self.eval_fn(pruned))
-                accept = reward >= state["current_reward"] or \
-                    rng.random() < math.exp((reward - state["current_reward"]) / max(temperature, 1e-12))
-                if accept:
-                    current, state["current_reward"] = proposal, reward
-                    state["current"] = proposal.tolist()
-                if reward > state["best_reward"]:
-                    state["best"], state["best_reward"] = proposal.tolist(), reward
-                state["step"] += 1
-                state["history"].append((state["step"], reward, bool(accept)))
-                state["rng"] = rng.bit_generator.state
+                search.update(ratios.tolist(), reward)
                 bar.update(1)
-                bar.set_postfix(reward=f"{reward:.4g}", best=f"{state['best_reward']:.4g}")
+                bar.set_postfix(reward=f"{reward:.4g}", best=f"{search.state['best_reward']:.4g}")
                 if self.checkpoint is not None:
-                    tmp = f"{self.checkpoint}.tmp"
-                    with open(tmp, "w") as f:
-                        json.dump(state, f)
-                    os.replace(tmp, self.checkpoint)
-        best = np.array(state["best"])
+                    search.save(self.checkpoint, names=self.names)
+        best = np.array(search.state["best"])
         program = self._prune(best)
-        return SearchResult(dict(zip(self.names, map(float, best))), program, state["best_reward"],
-                            self._removed(program), [tuple(h) for h in state["history"]])
+        return SearchResult(dict(zip(self.names, map(float, best))), program, search.state["best_reward"],
+                            self._removed(program), [tuple(h) for h in search.state["history"]])
