@@ -290,11 +290,22 @@ def _path_names(tree) -> tuple[list[str], list]:
     return [jax.tree_util.keystr(path, simple=True, separator=".") for path, _ in leaves], [v for _, v in leaves]
 
 
+def _places(leaf_name: str, name: str):
+    """``(prefix, suffix)`` for every place ``name`` fills whole dotted parts of ``leaf_name``."""
+    start = leaf_name.find(name)
+    while start >= 0:
+        end = start + len(name)
+        if (start == 0 or leaf_name[start - 1] == ".") and (end == len(leaf_name) or leaf_name[end] == "."):
+            yield leaf_name[:start], leaf_name[end:]
+        start = leaf_name.find(name, start + 1)
+
+
 def leaf_masks(params, masks: dict) -> tuple:
     """One mask (or None) per leaf of the parameter tree ``params``, matched by name: a mask
-    named ``N`` belongs to the leaf whose path is ``N`` under one prefix common to all masks
-    (the Trainer names a ``ProgramLayer``'s parameters ``params.N``). A mask that names no leaf,
-    one that fits several prefixes, or one of the wrong shape is an error.
+    named ``N`` belongs to the leaf whose path is ``N`` between a prefix and a suffix common to all
+    masks (the Trainer names a ``ProgramLayer``'s parameters ``params.N``; ``nnx.Optimizer`` sees
+    ``params.N.value``). A mask that names no leaf, masks that fit several places, or a mask of
+    the wrong shape is an error.
 
     >>> import numpy as np
     >>> params = {"params.fc.w": np.ones((2, 2)), "params.fc.b": np.ones(2)}
@@ -302,17 +313,17 @@ def leaf_masks(params, masks: dict) -> tuple:
     [None, (2, 2)]
     """
     names, leaves = _path_names(params)
-    found: dict[str, dict[str, int]] = {}
+    found: dict[tuple[str, str], dict[str, int]] = {}
     for i, leaf_name in enumerate(names):
         for name in masks:
-            if leaf_name == name or leaf_name.endswith("." + name):
-                found.setdefault(leaf_name[:len(leaf_name) - len(name)], {})[name] = i
-    complete = sorted(prefix for prefix, hits in found.items() if len(hits) == len(masks))
-    if len(complete) > 1 and "" in complete:  # masks named by their full paths
-        complete = [""]
+            for place in _places(leaf_name, name):
+                found.setdefault(place, {})[name] = i
+    complete = sorted(place for place, hits in found.items() if len(hits) == len(masks))
+    if len(complete) > 1 and ("", "") in complete:  # masks named by their full paths
+        complete = [("", "")]
     if len(complete) > 1:
-        raise ValueError(f"decorate: the masks fit the parameters under several prefixes ({', '.join(complete)}); "
-                         "name them by their full paths")
+        raise ValueError("decorate: the masks fit the parameters at several places "
+                         f"({', '.join(p + '*' + s for p, s in complete)}); name them by their full paths")
     if not complete:
         best = max(found.values(), key=len, default={})
         missing = sorted(set(masks) - set(best))

@@ -1,9 +1,11 @@
-"""Compress a saved program: ``paddlejax slim quantize`` (post-training int8 quantization) and
-``paddlejax slim prune`` (structured channel pruning).
+"""Compress a saved program: ``paddlejax slim quantize`` (post-training int8 quantization),
+``paddlejax slim prune`` (structured channel pruning) and ``paddlejax slim sparsify`` (unstructured
+or N:M sparse weights, saved compactly).
 
     paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
     paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
     paddlejax slim prune out/model --flops 0.5 --criterion l1_norm -o out/model.pruned
+    paddlejax slim sparsify out/model --n 2 --m 4 -o out/model.sparse
 
 ``--calib`` is a ``.npy`` file of calibration inputs (read without unpickling), cut into batches
 of ``--batch-size``. The command prints the per-layer error of the int8 program against the
@@ -35,6 +37,17 @@ after, and the FLOPs and parameters of both programs.
     paddlejax slim prune out/model --flops 0.5 -o out/model.pruned
     paddlejax slim prune out/model --ratio 0.3 --criterion geometry_median -o out/model.pruned
     paddlejax slim prune out/model --ratios conv1.weight=0.5,layer1.0.conv1.weight=0.25 -o out/model.pruned
+"""
+SPARSIFY = """Sparse weights for a saved program: the weights of the ops whose traits name one (conv2d,
+linear, matmul) get magnitude masks (--ratio: that fraction of each weight zeroed, or of all of them
+with --scope global) or N:M masks along their input channels (--n and --m: at most n of every m
+kept, 2:4 by default, as Paddle's ASP). The program is saved sparse: each masked weight as its
+kept values and a bitmask. Prints each weight's density before and after, and the stored size.
+Fine-tune it afterwards with paddlejax.slim.sparsity.decorate to keep the zeros.
+
+    paddlejax slim sparsify out/model -o out/model.sparse                  # 2:4
+    paddlejax slim sparsify out/model --ratio 0.75 --scope global -o out/model.sparse
+    paddlejax slim sparsify out/model --n 2 --m 4 --exclude fc.weight -o out/model.sparse
 """
 # The observers that calibrate one scale (or range) per activation (paddlejax.slim.quant.OBSERVERS).
 ALGOS = ("hist", "KL", "mse", "avg", "abs_max", "moving_average_abs_max", "min_max")
@@ -72,6 +85,20 @@ def add_arguments(p) -> None:
     how.add_argument("--ratios", help="NAME=RATIO,... per producer weight (the names the table lists)")
     r.add_argument("--criterion", default="l1_norm", help="l1_norm (default), l2_norm, geometry_median, bn_scale")
     r.add_argument("-o", "--output", required=True, help="where to save the pruned program")
+    s = sub.add_parser("sparsify", help="unstructured or N:M sparse weights, saved compactly", description=SPARSIFY,
+                       formatter_class=p.formatter_class)
+    s.add_argument("path", help="saved program")
+    s.add_argument("--ratio", type=float, help="fraction of the weights to zero by magnitude (unstructured)")
+    s.add_argument("--scope", choices=("tensor", "global"), default="tensor",
+                   help="with --ratio: rank magnitudes within each weight (default) or across all of them")
+    s.add_argument("--n", type=int, help="N:M sparsity: weights kept in every group (default 2)")
+    s.add_argument("--m", type=int, help="N:M sparsity: group size along the input channels (default 4)")
+    s.add_argument("--mask-algo", choices=("mask_1d", "mask_2d_greedy"), default="mask_1d",
+                   help="N:M masks along rows only (default) or in m x m blocks, rows and columns")
+    s.add_argument("--exclude", default="", help="NAME,... weights left dense")
+    s.add_argument("--min-size", type=int, default=1024,
+                   help="weights with fewer elements stay dense (default 1024)")
+    s.add_argument("-o", "--output", required=True, help="where to save the sparse program")
 
 
 def _calibration_batches(path: str, batch_size: int, program) -> list:
@@ -90,7 +117,7 @@ def _calibration_batches(path: str, batch_size: int, program) -> list:
 
 
 def main(args) -> int:
-    return {"quantize": _quantize, "prune": _prune}[args.slim_command](args)
+    return {"quantize": _quantize, "prune": _prune, "sparsify": _sparsify}[args.slim_command](args)
 
 
 def _ratios(text: str) -> dict[str, float]:
@@ -178,3 +205,37 @@ def _quantize(args) -> int:
 
 def _size(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
+
+
+def _sparsify(args) -> int:
+    import os
+    import re
+
+    import numpy as np
+
+    from paddlejax.io import load, save
+    from paddlejax.slim.sparsity import prune_program, sparsity
+
+    output = program_path(args.output)
+    check_not_input(args.output, programs=[args.path])
+    if args.ratio is not None and (args.n is not None or args.m is not None):
+        raise ValueError("give --ratio (unstructured) or --n and --m (N:M), not both")
+    program = load(args.path)
+    sparse, masks = prune_program(program, args.ratio, n=args.n, m=args.m, mask_algo=args.mask_algo,
+                                  scope=args.scope, exclude=[e.strip() for e in args.exclude.split(",") if e.strip()],
+                                  min_size=args.min_size)
+    save(sparse, output, sparse=True)
+    scope = "per weight" if args.scope == "tensor" else "global"
+    how = (f"{args.ratio:.0%} by magnitude ({scope})" if args.ratio is not None
+           else f"{args.n or 2}:{args.m or 4} ({args.mask_algo})")
+    before, after = sparsity(program), sparsity(sparse)
+    print(f"{program.name}: {len(masks)} of {len(before)} weights sparse, {how}")
+    rows = [("weight", "shape", "density", "after")]
+    rows += [(name, "x".join(map(str, np.shape(program.params[name]))), f"{before[name]:.3f}", f"{after[name]:.3f}")
+             for name in before]
+    print(format_table(rows, right_from=1))
+    dense = sum(np.asarray(a).nbytes for p in (sparse.used_params(), sparse.used_constants()) for a in p.values())
+    stored = os.path.getsize(re.sub(r"\.(json|safetensors)$", "", output) + ".safetensors")
+    print(f"tensors: {_size(dense)} dense -> {_size(stored)} stored ({stored / dense:.2f} of dense)")
+    print(f"saved {args.output}")
+    return 0
