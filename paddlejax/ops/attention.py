@@ -114,4 +114,5 @@ scaled_dot_product_attention = define(
             Input("value", rank=4, dtype="float"), Input("mask", rank=(1, 2, 3, 4), optional=True)],
     attrs={"is_causal": Attr("bool", False), "scale": Attr("float", None, optional=True),
            "implementation": Attr("str", None, choices=("xla", "cudnn"), optional=True)},
-    variants={"xla": _sdpa_xla}, flops=_sdpa_flops, traits=Traits(amp="white"))
+    variants={"xla": _sdpa_xla}, flops=_sdpa_flops,
+    traits=Traits(amp="white", channels="heads", channel_axis=lambda attrs, rank: 2))

@@ -106,6 +106,10 @@ def _no_padding(attrs) -> bool:
     return all(v == 0 for pads in attrs["padding_config"] for v in pads)
 
 
+def _reduced(attrs):
+    return "reduced" if "axes" in attrs else None
+
+
 def _conv_channels(attrs):
     return "grouped" if attrs.get("feature_group_count", 1) > 1 else "consumed"
 
@@ -180,8 +184,8 @@ def _declare() -> dict[str, Traits]:
     add(("convert_element_type", "copy"), identity_if=always)
     add(("add", "add_any", "sub"), unit=0.0)
     add(("mul", "div"), unit=1.0)
-    add(_REDUCTIONS, reduction=True)
-    add(_BLACK_REDUCTIONS, reduction=True, amp="black")
+    add(_REDUCTIONS, reduction=True, channels=_reduced)
+    add(_BLACK_REDUCTIONS, reduction=True, amp="black", channels=_reduced)
     add(_BLACK_CUMULATIVE, amp="black")
     add(_CUMULATIVE)
     add(_WINDOWS)

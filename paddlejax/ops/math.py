@@ -131,4 +131,5 @@ def _embedding(ids, weight, *, padding_idx):
 
 
 embedding = define("embedding", _embedding, inputs=[Input("ids", dtype="int"), Input("weight", rank=2, dtype="float")],
-                   attrs={"padding_idx": Attr("int", None, optional=True)}, traits=Traits())
+                   attrs={"padding_idx": Attr("int", None, optional=True)},
+                   traits=Traits(channels="produced", channel_axis=lambda attrs, rank: rank - 1))

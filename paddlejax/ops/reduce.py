@@ -26,7 +26,7 @@ def _reduction(name: str, fn, doc: str, amp: str = "gray"):
     kernel.__name__ = name
     return define(name, kernel, inputs=[Input("x")],
                   attrs={"axis": IntOrInts("ints", None, optional=True), "keepdim": Attr("bool", False)},
-                  flops=lambda ins, outs, attrs: math.prod(ins[0]), traits=Traits(reduction=True, amp=amp))
+                  flops=lambda ins, outs, attrs: math.prod(ins[0]), traits=Traits(reduction=True, amp=amp, channels="reduced"))
 
 
 # sums and means lose low-precision bits as they grow: Paddle keeps them in float32

@@ -29,7 +29,10 @@ AMP_CLASSES = ("white", "black", "gray", "norm", "cast")
 #   grouped      -- channels stay in groups (depthwise and group convolutions: in ties to out)
 #   concatenated -- channels of several inputs laid side by side (concat)
 #   reshaped     -- channels merged with other axes (flatten, reshape)
-CHANNEL_RULES = ("identity", "consumed", "grouped", "concatenated", "reshaped")
+#   produced     -- new channels read from a table's last axis, none consumed (embedding lookup)
+#   heads        -- query, key and value heads side by side on ``channel_axis`` (attention)
+#   reduced      -- axes (``axes`` or ``axis``, all if None; ``keepdim``) summed away, the others kept
+CHANNEL_RULES = ("identity", "consumed", "grouped", "concatenated", "reshaped", "produced", "heads", "reduced")
 
 # What the backward pass of an op reads, in the ``remat`` memory model (see passes/memory.py):
 # its activation ``operands``, its ``result``, a ``new`` buffer of the result's size that the

@@ -7,9 +7,13 @@ per-channel parameters, e.g. batch norm's), elementwise ops with two full operan
 ids they meet position by position (a residual add prunes both branches together),
 ``grouped`` depthwise convolutions pass them on, ``concatenated`` ops lay them side by side,
 ``reshaped`` ops (a flatten before a linear) spread each over the positions it lands on, and a
-``consumed`` op's weight takes them on its input-channel axis. Ids that reach the program's
-outputs, an op without a channel rule, or a control-flow block are frozen: they cannot be
-pruned.
+``consumed`` op's weight takes them on its input-channel axis. An embedding lookup
+(``produced``) makes ids from its table's columns, so word, position and type embeddings that
+are added together prune as one hidden width. A reshape that splits channels into heads ties
+each head's channels into one unit, attention (``heads``) ties the query, key and value heads
+together, and the sizes written into reshapes follow what is cut; a reduction over other axes
+(``reduced``, global pooling) keeps the channels. Ids that reach the program's outputs, an op
+without a channel rule, or a control-flow block are frozen: they cannot be pruned.
 
 >>> import jax.numpy as jnp, numpy as np, paddlejax as pj
 >>> p = {"w1": jnp.ones((4, 2, 3, 3)), "w2": jnp.ones((3, 4, 3, 3))}
@@ -85,6 +89,7 @@ class ChannelGraph:
         self.scales: dict[str, np.ndarray] = {}
         self.frozen: set[int] = set()
         self.regrouped: list[Op] = []  # grouped convolutions whose ``groups`` follows their channels
+        self.resized: list[tuple[Op, int, np.ndarray]] = []  # reshapes whose written size at an axis follows ids
         for op in program.body.ops:
             self._visit(op)
 
@@ -138,7 +143,8 @@ class ChannelGraph:
             return
         rule = op.traits.channel_rule(op.attrs) if not op.blocks else None
         handler = {"consumed": self._consumed, "identity": self._identity, "grouped": self._grouped,
-                   "reshaped": self._reshaped, "concatenated": self._concatenated}.get(rule)
+                   "reshaped": self._reshaped, "concatenated": self._concatenated, "produced": self._produced,
+                   "heads": self._heads, "reduced": self._reduced}.get(rule)
         if handler is None or not handler(op):
             for v in op.operands:
                 self.freeze_value(v)
@@ -159,6 +165,42 @@ class ChannelGraph:
         self.producers[param_name(w)] = (out_axis, ids)
         result = op.results[0]
         self.put(result, t.channel_axis(op.attrs, len(result.type.shape)), ids)
+        return True
+
+    def _produced(self, op: Op) -> bool:
+        table, result = op.input("weight"), op.results[0]
+        if op.traits.channel_axis is None or param_name(table) is None or len(table.type.shape) != 2:
+            return False
+        ids = self.sets.fresh(table.type.shape[1])
+        self.slice(table, 1, ids)
+        self.producers[param_name(table)] = (1, ids)
+        self.put(result, op.traits.channel_axis(op.attrs, len(result.type.shape)), ids)
+        return True
+
+    def _heads(self, op: Op) -> bool:
+        axis = op.traits.channel_axis(op.attrs, len(op.results[0].type.shape))
+        qkv = [op.input(name) for name in ("query", "key", "value")]
+        if any(a != axis for v in qkv for a, _ in self.tracked(v)) or (
+                op.input("mask") is not None and self.tracked(op.input("mask"))):
+            return False
+        heads = [self.get(v, axis) for v in qkv]
+        if all(h is None for h in heads):
+            return True
+        heads = [h if h is not None else np.full(v.type.shape[axis], UNTRACKED) for h, v in zip(heads, qkv)]
+        for h in heads[1:]:
+            self.couple(heads[0], h)
+        self.put(op.results[0], axis, heads[2])
+        return True
+
+    def _reduced(self, op: Op) -> bool:
+        x, rank = op.operands[0], len(op.operands[0].type.shape)
+        axes = op.attrs.get("axes", op.attrs.get("axis"))
+        axes = set(range(rank)) if axes is None else {a % max(rank, 1) for a in np.atleast_1d(axes)}
+        for axis, ids in self.tracked(x):
+            if axis in axes:  # channels summed together: none can go alone
+                self.freeze(ids)
+            else:
+                self.put(op.results[0], axis if op.attrs.get("keepdim") else axis - sum(a < axis for a in axes), ids)
         return True
 
     def _identity(self, op: Op) -> bool:
@@ -221,24 +263,38 @@ class ChannelGraph:
         tracked = self.tracked(x)
         if not tracked:
             return True
-        in_shape, out_shape = list(x.type.shape), list(r.type.shape)
+        in_shape, out_shape = _concrete(x.type.shape, r.type.shape)
         # the batch may be symbolic; it has to stay the leading axis for the channels to be followed
-        if len(tracked) > 1 or in_shape[:1] != out_shape[:1] or any(isinstance(d, str) for d in
-                                                                  in_shape[1:] + out_shape[1:]):
+        if (len(tracked) > 1 or in_shape is None or x.type.shape[:1] != r.type.shape[:1]
+                or np.prod(in_shape[1:]) != np.prod(out_shape[1:])):
             return False
-        if any(s not in (0, -1) for s in op.attrs.get("shape", (0, -1))[1:]) or "new_sizes" in op.attrs:
-            return False  # sizes written into the op would no longer fit
         axis, ids = tracked[0]
         # where each position of the result came from, by the input's channel position
         positions = np.arange(in_shape[axis]).reshape([-1 if a == axis else 1 for a in range(len(in_shape))])
         index = np.broadcast_to(positions, [1] + in_shape[1:]).reshape([1] + out_shape[1:])
-        placed = False
+        varying = []  # result axes along which the channel changes, but that do not alone say which
         for out_axis in range(1, len(out_shape)):
+            if not np.any(np.diff(index, axis=out_axis)):
+                continue  # this axis has nothing to do with the channels
             along = np.moveaxis(index, out_axis, 0).reshape(out_shape[out_axis], -1)
-            if np.all(along == along[:, :1]):  # this axis alone says which channel a position holds
+            if np.all(along == along[:, :1]):
                 self.put(r, out_axis, ids[along[:, 0]])
-                placed = True
-        return placed
+                self.resized.append((op, out_axis, ids[along[:, 0]]))
+            else:
+                varying.append(out_axis)
+        if not varying:
+            return True
+        if len(varying) == 2 and varying[1] == varying[0] + 1:  # channels split into (heads, head size)
+            heads, size = out_shape[varying[0]], out_shape[varying[1]]
+            split = np.moveaxis(index, varying, [0, 1]).reshape(heads * size, -1)
+            if np.all(split == np.arange(heads * size)[:, None]):
+                per_head = ids.reshape(heads, size)
+                for row in per_head:  # a head goes whole or not at all
+                    self.couple(np.repeat(row[:1], size), row)
+                self.put(r, varying[0], per_head[:, 0])
+                self.resized.append((op, varying[0], per_head[:, 0]))
+                return True
+        return False
 
     def _concatenated(self, op: Op) -> bool:
         r = op.results[0]
@@ -283,6 +339,15 @@ class ChannelGraph:
         order = {name: i for i, name in enumerate(self.producers)}
         return [Group(key, tuple(sorted(members))) for key, members in
                 sorted(by_producers.items(), key=lambda kv: min(order[n] for n in kv[0]))]
+
+
+def _concrete(in_shape: tuple, out_shape: tuple) -> tuple[list, list] | tuple[None, None]:
+    """Both shapes with every size named in both (a symbolic batch or length, carried through)
+    read as 1, or Nones if a symbolic size appears on one side only."""
+    names = {d for d in in_shape + out_shape if isinstance(d, str)}
+    if any((d in in_shape) != (d in out_shape) for d in names):
+        return None, None
+    return [1 if isinstance(d, str) else d for d in in_shape], [1 if isinstance(d, str) else d for d in out_shape]
 
 
 def _inputs(op: Op) -> list[str]:

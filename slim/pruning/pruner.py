@@ -104,6 +104,9 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
             params[s.param] = np.compress(keep, np.asarray(params[s.param]), axis=s.axis)
     out.params = {k: np.asarray(v) for k, v in params.items()}
     regrouped = {id(op) for op in graph.regrouped}
+    resized: dict[int, list] = {}
+    for op, axis, ids in graph.resized:
+        resized.setdefault(id(op), []).append((axis, ids))
     shapes = Shapes(out)
     for old, op in zip(program.body.ops, out.body.ops):
         if op.type == "param":
@@ -115,10 +118,22 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
         if id(old) in regrouped:
             op.attrs = {**op.attrs, "groups": op.operands[0].type.shape[
                 old.traits.channel_axis(old.attrs, len(old.operands[0].type.shape))]}
+        for axis, ids in resized.get(id(old), ()):
+            op.attrs = _written_size(op.attrs, axis, int(np.count_nonzero(~np.isin(ids, drop))))
         for r, t in zip(op.results, infer_types(op, [v.type for v in op.operands], shapes)):
             r.type = t
     verify(out)
     return out
+
+
+def _written_size(attrs: dict, axis: int, size: int) -> dict:
+    """``attrs`` of a reshape with the size written for result ``axis`` set to ``size`` (sizes
+    the op copies or infers, 0 and -1 in Paddle's ``shape``, follow by themselves)."""
+    for key in ("shape", "new_sizes"):
+        written = attrs.get(key)
+        if written is not None and isinstance(written[axis], int) and written[axis] > 0:
+            return {**attrs, key: (*written[:axis], size, *written[axis + 1:])}
+    return attrs
 
 
 def prune(program: Program, ratios: float | dict[str, float] | None = None, *, flops: float | None = None,

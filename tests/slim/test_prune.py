@@ -237,3 +237,83 @@ def test_a_per_channel_parameter_read_twice_is_cut_once():
     small = prune(prog, 0.5)
     assert small.params["s"].shape == (1, 2, 1, 1) and small.params["c"].shape == (3, 2, 1, 1)
     assert np.asarray(small(np.ones((2, 2, 4, 4), np.float32))).shape == (2, 3)
+
+
+# -- transformers: attention heads, feed-forward widths, embedding widths ----------------------------
+
+def tiny_bert(seq=8):
+    from flax import nnx
+
+    from paddlejax.models.bert import BertConfig, BertForSequenceClassification
+
+    config = BertConfig.from_name("minilm-l6-h384", num_hidden_layers=1, hidden_size=32, num_attention_heads=4,
+                                  intermediate_size=64, vocab_size=50, max_position_embeddings=16)
+    model = BertForSequenceClassification(config, num_classes=3, rngs=nnx.Rngs(0))
+    model.eval()
+    return pj.trace(model, pj.InputSpec((None, seq), "int32"))
+
+
+ATTN = "bert.encoder.layers.0.self_attn"
+
+
+def test_attention_heads_prune_whole_query_key_and_value_heads_together():
+    prog = tiny_bert()
+    groups = dict(groups_of(prog))
+    assert groups[(f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight")] == 4  # 4 heads
+    assert groups[("bert.encoder.layers.0.linear1.weight",)] == 64  # the feed-forward width
+    small = prune(prog, ratios={f"{ATTN}.q_proj.weight": 0.5})
+    assert small.params[f"{ATTN}.v_proj.weight"].shape == (32, 16)  # 2 heads of 8 left
+    assert small.params[f"{ATTN}.out_proj.weight"].shape == (16, 32)
+    reshapes = [op.attrs["shape"] for op in small.body.ops if op.type == "reshape"]
+    assert reshapes == [(0, 0, 2, 8)] * 3 + [(0, 0, 16)]  # the written head counts follow
+    # dropping a head is exactly silencing it: its values zeroed, its output adds nothing
+    kept = {int(c) // 8 for c in np.flatnonzero(np.isin(np.asarray(prog.params[f"{ATTN}.q_proj.weight"][0]),
+                                                        np.asarray(small.params[f"{ATTN}.q_proj.weight"][0])))}
+    silenced = prog.clone()
+    for name in (f"{ATTN}.v_proj.weight", f"{ATTN}.v_proj.bias"):
+        value = np.array(prog.params[name])
+        for head in set(range(4)) - kept:
+            value[..., head * 8:(head + 1) * 8] = 0
+        silenced.params[name] = jnp.asarray(value)
+    ids = np.random.default_rng(0).integers(1, 50, (3, 8)).astype("int32")
+    np.testing.assert_allclose(np.asarray(small(ids)), np.asarray(silenced(ids)), atol=1e-5)
+
+
+def test_heads_prune_with_a_symbolic_sequence_length():
+    small = prune(tiny_bert(seq="s"), ratios=0.25)
+    assert small.params[f"{ATTN}.k_proj.weight"].shape == (32, 24)
+    assert np.asarray(small(np.ones((2, 5), np.int32))).shape == (2, 3)
+
+
+def _embedding_classifier(p, ids, positions):
+    hidden = pj.ops.embedding(ids, p["words"]) + pj.ops.embedding(positions, p["positions"])
+    return pj.ops.linear(pj.ops.reduce_mean(hidden, axis=1), p["head"])
+
+
+def test_embedding_widths_added_together_prune_as_one_hidden_width():
+    rng = np.random.default_rng(0)
+    p = {"words": jnp.asarray(rng.normal(size=(20, 8)), jnp.float32),
+         "positions": jnp.asarray(rng.normal(size=(6, 8)), jnp.float32),
+         "head": jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)}
+    prog = pj.trace(_embedding_classifier, pj.InputSpec((None, 6), "int32"), pj.InputSpec((None, 6), "int32"),
+                    params=p)
+    assert groups_of(prog) == [(("words", "positions"), 8)]
+    small = prune(prog, 0.5)
+    assert [small.params[k].shape for k in ("words", "positions", "head")] == [(20, 4), (6, 4), (4, 3)]
+    # the kept columns of the table and rows of the head are the same hidden channels
+    kept = [c for c in range(8) if np.any(np.all(np.asarray(p["words"])[:, [c]] == np.asarray(small.params["words"]),
+                                                  axis=0))]
+    silenced = prog.clone()
+    head = np.array(p["head"])
+    head[[c for c in range(8) if c not in kept]] = 0
+    silenced.params["head"] = jnp.asarray(head)
+    ids, positions = rng.integers(0, 20, (4, 6)).astype("int32"), np.tile(np.arange(6, dtype="int32"), (4, 1))
+    np.testing.assert_allclose(np.asarray(small(ids, positions)), np.asarray(silenced(ids, positions)), atol=1e-5)
+
+
+def test_a_sum_over_the_channels_freezes_them():
+    p = {"w": jnp.ones((4, 2, 3, 3)), "v": jnp.ones((4, 5))}
+    prog = pj.trace(lambda p, x: pj.ops.linear(pj.ops.conv2d(x, p["w"]).mean((2, 3)), p["v"]).sum(1),
+                    pj.InputSpec((None, 2, 8, 8)), params=p)
+    # the conv's channels are pooled over space and stay prunable; the linear's are summed together
+    assert groups_of(prog) == [(("w",), 4)]
