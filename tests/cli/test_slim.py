@@ -217,3 +217,49 @@ def test_prune_errors_are_one_line(digits_cnn, capsys, args, message):
     err = capsys.readouterr().err
     assert re.search(message, err) and err.count("\n") == 1, err
     assert not (tmp / "small.json").exists()
+
+
+def test_sparsify_2_4_prints_the_densities_and_saves_the_program_sparse(digits_cnn, capsys):
+    from paddlejax.slim.sparsity import check_sparsity
+
+    _, tmp = digits_cnn
+    assert main(["slim", "sparsify", str(tmp / "cnn"), "-o", str(tmp / "sparse")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "DigitsCNN: 3 of 4 weights sparse, 2:4 (mask_1d)"
+    assert [line.split() for line in lines[2:6]] == [["features.0.weight", "32x1x3x3", "1.000", "1.000"],
+                                                     ["features.3.weight", "64x32x3x3", "1.000", "0.500"],
+                                                     ["features.7.weight", "128x64x3x3", "1.000", "0.500"],
+                                                     ["fc.weight", "512x10", "1.000", "0.500"]]
+    assert re.fullmatch(r"tensors: 385\.4 KiB dense -> \d+\.\d KiB stored \(0\.5\d of dense\)", lines[6]), lines[6]
+    sparse = pj.load(tmp / "sparse")
+    assert check_sparsity(sparse.params["features.7.weight"], 2, 4, axis=1)
+    assert (tmp / "sparse.safetensors").stat().st_size < 0.6 * (tmp / "cnn.safetensors").stat().st_size
+
+
+def test_sparsify_by_magnitude_globally_with_excluded_weights(digits_cnn, capsys):
+    from paddlejax.slim.sparsity import sparsity
+
+    _, tmp = digits_cnn
+    args = ["slim", "sparsify", str(tmp / "cnn"), "--ratio", "0.75", "--scope", "global", "--exclude", "fc.weight",
+            "--min-size", "0", "-o", str(tmp / "sparse")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("DigitsCNN: 3 of 4 weights sparse, 75% by magnitude (global)\n")
+    density = sparsity(pj.load(tmp / "sparse"))
+    assert density["fc.weight"] == 1.0
+    sizes = {"features.0.weight": 288, "features.3.weight": 18432, "features.7.weight": 73728}
+    assert sum(density[k] * n for k, n in sizes.items()) == pytest.approx(0.25 * sum(sizes.values()), abs=1)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ratio", "0.5", "--n", "2"], r"give --ratio \(unstructured\) or --n and --m \(N:M\), not both"),
+    (["--ratio", "1.5"], r"ratio is the fraction of weights to zero, in \[0, 1\)"),
+    (["--n", "4", "--m", "4"], "0 < n < m"),
+    (["--exclude", "fc.bias"], r"exclude names \['fc.bias'\], which no op reads as a weight"),
+])
+def test_sparsify_errors_are_one_line(digits_cnn, capsys, args, message):
+    _, tmp = digits_cnn
+    assert main(["slim", "sparsify", str(tmp / "cnn"), *args, "-o", str(tmp / "sparse")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("\n") == 1, err
+    assert not (tmp / "sparse.json").exists()
