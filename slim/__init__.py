@@ -1,5 +1,6 @@
-"""Compression (imported as ``paddlejax.slim``): quantization (:mod:`~paddlejax.slim.quant`) and
-structured pruning (:mod:`~paddlejax.slim.pruning`), with more to come.
+"""Compression (imported as ``paddlejax.slim``): quantization (:mod:`~paddlejax.slim.quant`),
+structured pruning (:mod:`~paddlejax.slim.pruning`), sparsity (:mod:`~paddlejax.slim.sparsity`)
+and distillation (:mod:`~paddlejax.slim.distill`), all over programs.
 
 >>> import paddlejax as pj
 >>> sorted(pj.slim.quant.OBSERVERS)[:3]
@@ -9,3 +10,7 @@ from paddlejax.slim import quant  # noqa: F401
 from paddlejax.slim.quant import calibrate, convert, quant_aware, quant_post  # noqa: F401
 from paddlejax.slim import pruning  # noqa: F401
 from paddlejax.slim.pruning import AutoPruner, ChannelGraph, get_ratios_by_loss, prune, sensitivity  # noqa: F401
+from paddlejax.slim import sparsity  # noqa: F401
+from paddlejax.slim import distill  # noqa: F401
+from paddlejax.slim.distill import (DistillLayer, distill_loss, fsp_loss, l2_loss, loss, merge,  # noqa: F401
+                                    soft_label_loss)

@@ -32,16 +32,24 @@ class _Static:
 
 class ProgramLayer(nnx.Module):
     """``program`` as a layer; ``trainable=False`` keeps its parameters as constants
-    (``nnx.Variable`` s the optimizer does not update), for a frozen backbone."""
+    (``nnx.Variable`` s the optimizer does not update), for a frozen backbone, and ``frozen``
+    names the parameters kept so when the others train (a distillation teacher's)."""
 
-    def __init__(self, program: Program, trainable: bool = True):
+    def __init__(self, program: Program, trainable: bool = True, frozen=()):
         if not isinstance(program, Program):
             raise TypeError(f"ProgramLayer: expected a Program, got {type(program).__name__}")
-        kind = nnx.Param if trainable else nnx.Variable
-        state = _state_params(program)
+        unknown = sorted(set(frozen) - set(program.params))
+        if unknown:
+            raise ValueError(f"ProgramLayer: frozen names {unknown[:3]}, which are not parameters of the program")
+        state, frozen = _state_params(program), set(frozen)
+
+        def kind(name):
+            if name in state:
+                return nnx.BatchStat
+            return nnx.Param if trainable and name not in frozen else nnx.Variable
+
         self.source = _Static(program)
-        self.params = nnx.Dict({name: (nnx.BatchStat if name in state else kind)(jnp.asarray(value))
-                                for name, value in program.params.items()})
+        self.params = nnx.Dict({name: kind(name)(jnp.asarray(value)) for name, value in program.params.items()})
 
     @property
     def program(self) -> Program:
