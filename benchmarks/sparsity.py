@@ -1,0 +1,267 @@
+"""Sparsity on CPU: inference speed of dense vs sparse weights, the saved size, and accuracy.
+
+1. Speed, side by side in one process, at default threads and on one thread: a 1024x1024 linear
+   layer (batch 1 and 32), an MLP (784-1024-1024-10) and the DigitsCNN, dense and with 75 %
+   unstructured or 2:4 sparse weights, (a) through the Predictor (frozen weights: the fast path),
+   the zeros stored dense; (b) through ``jax.experimental.sparse`` (BCOO matmuls) under ``jax.jit``
+   beside the dense jitted function, where the model is matmuls (not the CNN: BCOO has no
+   convolution); (c) for the linear layer, outside XLA, scipy's CSR matmul beside numpy's BLAS,
+   to show what a sparse kernel library gives on this CPU.
+2. Saved size: ``pj.save(..., sparse=True)`` against the dense file.
+3. Accuracy: DigitsCNN trained on scikit-learn's digits (benchmarks/slim.py's recipe), pruned to
+   2:4 and to 75 % by magnitude, fine-tuned with ``slim.sparsity.decorate`` (the zeros stay zeros).
+
+One thread: ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`` alone
+does not limit XLA's CPU threads on jax 0.10.2 (the CPU time of a jitted matmul loop stayed ~1.9x its
+wall time on 2 cores), so the single-thread run also pins its process to one CPU (as ``taskset`` does)
+before jax starts; the benchmark prints the CPU / wall ratio of each run as the check.
+
+What was measured (2-core AMD EPYC, jax 0.10.2, a shared machine): XLA's CPU backend has no sparse
+kernels. Zeros stored dense run exactly the dense kernels: the Predictor's 75 % and 2:4 programs
+time as the dense ones (ratios ~1.0 at either thread count). BCOO lowers to gathers and a
+scatter-add, several times slower than the dense matmul here. No XLA path gives a speed-up; the
+seed's figure (+30 % single-thread at 75 % fp32) needs a real sparse kernel: a CSR / blocked
+sparse GEMM (oneDNN's sparse matmul, XNNPACK's sparse inference for 1x1 convolutions, MKL's
+sparse BLAS, reached through an XLA FFI custom call), whose gain appears at high sparsity and
+small batches (memory-bound matrix-vector products; scipy's CSR row below shows it at batch 1),
+or GPU 2:4 sparse tensor cores (cuSPARSELt; Ampere and later, about 1.3-1.6x on large GEMMs),
+which JAX does not expose. What sparsity gives here is the saved size (about 0.28 of the dense
+bytes at 75 %, 0.53 at 2:4, for float32).
+
+    python benchmarks/sparsity.py            # the full run (a few minutes)
+    python benchmarks/sparsity.py --quick    # tiny settings: a smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def _pin_to_one_cpu() -> None:
+    """Before jax starts: XLA's flags for one thread, BLAS on one thread, and the process on one
+    CPU (the threads jax starts inherit it)."""
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SINGLE_THREAD_FLAGS}".strip()
+    os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _one_thread(argv: list) -> bool:
+    return "--threads=1" in argv or any(a == "--threads" and b == "1" for a, b in zip(argv, argv[1:]))
+
+
+if __name__ == "__main__" and _one_thread(sys.argv[1:]):
+    _pin_to_one_cpu()
+
+import time  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import alternate, machine  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import paddlejax as pj  # noqa: E402
+from paddlejax.inference import Config, Predictor  # noqa: E402
+from paddlejax.passes.manager import inference_pipeline  # noqa: E402
+from paddlejax.nn.program_layer import ProgramLayer  # noqa: E402
+from paddlejax.slim.sparsity import decorate, prune_program, sparsity  # noqa: E402
+
+SPARSE = {"75%": {"ratio": 0.75}, "2:4": {"n": 2, "m": 4}}
+# The Predictor's passes but autotune: dense and sparse programs then run the same kernels, and
+# kernel choices measured on a noisy machine do not blur the comparison.
+PASSES = ",".join(p for p in inference_pipeline().split(",") if p != "autotune")
+
+
+def cpu_per_wall() -> float:
+    """CPU time over wall time while a jitted 1024x1024 matmul runs: about the threads it used."""
+    x = jnp.asarray(np.random.default_rng(0).random((1024, 1024), np.float32))
+    f = jax.jit(lambda a: a @ a)
+    f(x).block_until_ready()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(20):
+        f(x).block_until_ready()
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
+# -- 1. speed -------------------------------------------------------------------------------------------
+
+def mlp(params, x):
+    """A stack of ``x @ w + b`` with ReLU between: the same function for dense and BCOO weights."""
+    layers = len(params) // 2
+    for i in range(layers):
+        x = x @ params[f"l{i}.w"] + params[f"l{i}.b"]
+        x = jax.nn.relu(x) if i < layers - 1 else x
+    return x
+
+
+def mlp_params(sizes, seed=0) -> dict:
+    rng = np.random.default_rng(seed)
+    params = {}
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        params[f"l{i}.w"] = (rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32)
+        params[f"l{i}.b"] = np.zeros(b, np.float32)
+    return params
+
+
+def predictor(program, batch: int) -> Predictor:
+    config = Config(max_batch_size=batch, batch_buckets=(batch,), progress=False, passes=PASSES, freeze_params=True)
+    return Predictor(program, config)
+
+
+def speed_case(label: str, program, batch: int, repeats: int, bcoo: bool, reference: bool) -> list:
+    """Rows ``(model, path, weights, ms, dense ms / ms)`` of ``program`` dense and sparse, every
+    path's runs interleaved with its dense run."""
+    variants = {"dense": program, **{k: prune_program(program, **v, min_size=0)[0] for k, v in SPARSE.items()}}
+    x = np.random.default_rng(1).random((batch, *program.inputs[0].type.shape[1:]), np.float32)
+    paths = {"Predictor (frozen)": {name: (lambda p=predictor(prog, batch): p(x))
+                                    for name, prog in variants.items()}}
+    if bcoo:
+        from jax.experimental import sparse as jsparse
+
+        step = jax.jit(mlp)  # BCOO weights are pytrees: the same function runs sparse matmuls
+        paths["jax.jit"] = {}
+        for name, prog in variants.items():
+            weights = {k: jnp.asarray(v) for k, v in prog.params.items()}
+            if name != "dense":
+                weights = {k: jsparse.BCOO.fromdense(v) if v.ndim == 2 else v for k, v in weights.items()}
+            paths["jax.jit"][name if name == "dense" else f"{name} BCOO"] = \
+                lambda w=weights: step(w, x).block_until_ready()
+    if reference:
+        import scipy.sparse
+
+        paths["outside XLA"] = {}
+        for name, prog in variants.items():
+            w = np.asarray(prog.params["l0.w"]).T.copy()  # [out, in]: CSR rows are the outputs
+            key, a = ("dense BLAS", w) if name == "dense" else (f"{name} CSR", scipy.sparse.csr_matrix(w))
+            paths["outside XLA"][key] = lambda a=a: a @ x.T
+    times = alternate({(path, k): fn for path, fns in paths.items() for k, fn in fns.items()}, warmup=3,
+                      repeats=repeats)
+    rows = []
+    for path, fns in paths.items():
+        base = times[(path, next(iter(fns)))]
+        rows += [(label, path, k, times[(path, k)], base / times[(path, k)]) for k in fns]
+    return rows
+
+
+def speed(args) -> None:
+    threads = "1 (pinned to one CPU)" if args.threads == "1" else f"all ({len(os.sched_getaffinity(0))} CPUs)"
+    print(f"\nthreads: {threads}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; "
+          f"CPU time / wall time of a jitted matmul loop: {cpu_per_wall():.2f}")
+    repeats = 5 if args.quick else 40
+    from paddlejax.models.digits import DigitsCNN
+
+    linear = pj.trace(mlp, pj.InputSpec((None, 1024)), params=mlp_params((1024, 1024)), name="linear")
+    net = pj.trace(mlp, pj.InputSpec((None, 784)), params=mlp_params((784, 1024, 1024, 10)), name="MLP")
+    pj.nn.seed(0)
+    cnn = DigitsCNN()
+    cnn.eval()
+    cnn = pj.to_static(cnn, pj.InputSpec((None, 1, 8, 8)), name="DigitsCNN")
+    rows = []
+    for batch in (1, 32):
+        rows += speed_case(f"linear 1024x1024, batch {batch}", linear, batch, repeats, True, True)
+    rows += speed_case("MLP 784-1024-1024-10, batch 32", net, 32, repeats, True, False)
+    rows += speed_case("DigitsCNN, batch 32", cnn, 32, repeats, False, False)
+    print(f"{'model':<32}{'path':<20}{'weights':<12}{'ms':>9}{'dense / this':>14}")
+    for label, path, name, ms, ratio in rows:
+        print(f"{label:<32}{path:<20}{name:<12}{ms:>9.3f}{ratio:>13.2f}x")
+
+
+def single_thread_run(argv) -> None:
+    """The speed section again in a fresh process on one thread (XLA's threads start with jax)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, __file__, "--threads=1", *argv], env=env, capture_output=True, text=True)
+    print(proc.stdout, end="")
+    if proc.returncode:
+        raise SystemExit(f"the single-thread run failed:\n{proc.stderr[-3000:]}")
+
+
+# -- 2. size ----------------------------------------------------------------------------------------------
+
+def saved_bytes(program, sparse: bool) -> int:
+    folder = tempfile.mkdtemp()
+    pj.save(program, os.path.join(folder, "p"), sparse=sparse)
+    return os.path.getsize(os.path.join(folder, "p.safetensors"))
+
+
+# -- 3. accuracy ------------------------------------------------------------------------------------------
+
+def accuracy(program, images, labels) -> float:
+    return float((np.asarray(program(images)).argmax(1) == labels).mean())
+
+
+def train(model, data, epochs: int, lr: float, masks=None):
+    """benchmarks/slim.py's recipe (AdamW, warm-up and cosine decay, batch 64), the optimizer
+    ``decorate``d with ``masks`` when given."""
+    steps = epochs * -(-len(data[1]) // 64)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, min(50, steps // 10)), steps)
+    tx = optax.adamw(schedule, weight_decay=1e-4)
+    trainer = pj.Trainer(model, tx if masks is None else decorate(tx, masks), progress=False)
+    trainer.fit(data, epochs=epochs, batch_size=64, seed=0)
+    return trainer
+
+
+def size_and_accuracy(args) -> None:
+    from paddlejax.models.digits import DigitsCNN
+
+    epochs, tune_epochs = (2, 1) if args.quick else (12, 6)
+    x, y = pj.data.Digits("train").arrays()
+    test = pj.data.Digits("test")
+    pj.nn.seed(0)
+    model = DigitsCNN()
+    train(model, (x, y), epochs, 3e-3)
+    model.eval()
+    base = pj.to_static(model, pj.InputSpec((None, 1, 8, 8)), name="DigitsCNN")
+    net = pj.trace(mlp, pj.InputSpec((None, 784)), params=mlp_params((784, 1024, 1024, 10)), name="MLP")
+
+    print("\nsaved tensor file, sparse=True vs dense (float32)")
+    print(f"{'model':<12}{'weights':<9}{'dense KiB':>11}{'sparse KiB':>12}{'ratio':>8}")
+    for label, prog in (("DigitsCNN", base), ("MLP", net)):
+        for name, kwargs in SPARSE.items():
+            pruned = prune_program(prog, **kwargs)[0]
+            dense, small = saved_bytes(pruned, False), saved_bytes(pruned, True)
+            print(f"{label:<12}{name:<9}{dense / 1024:>11.1f}{small / 1024:>12.1f}{small / dense:>8.2f}")
+
+    print(f"\nDigitsCNN accuracy on the 360 test images: trained {epochs} epochs; pruned (weights of 1,024 "
+          f"elements and more), then fine-tuned {tune_epochs} epochs with decorate")
+    print(f"{'weights':<9}{'density':>9}{'pruned':>9}{'tuned':>9}  zeros kept")
+    print(f"{'dense':<9}{1.0:>9.3f}{accuracy(base, test.images, test.labels):>9.2%}")
+    for name, kwargs in SPARSE.items():
+        pruned, masks = prune_program(base, **kwargs)
+        layer = ProgramLayer(pruned)
+        train(layer, (x, y), tune_epochs, 1e-3, masks)
+        tuned = pj.to_static(layer, pj.InputSpec((None, 1, 8, 8)))
+        kept = all((np.asarray(tuned.params[f"params.{k}"])[~m] == 0).all() for k, m in masks.items())
+        weights = sum(np.size(base.params[k]) for k in sparsity(base))
+        density = sum(d * np.size(base.params[k]) for k, d in sparsity(pruned).items()) / weights
+        print(f"{name:<9}{density:>9.3f}{accuracy(pruned, test.images, test.labels):>9.2%}"
+              f"{accuracy(tuned, test.images, test.labels):>9.2%}  {'yes' if kept else 'NO'}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--threads", choices=("all", "1"), default=None,
+                   help="run only the speed section, at all threads or on one (default: both, then size and accuracy)")
+    args = p.parse_args(argv)
+    if args.threads is not None:
+        speed(args)
+        return 0
+    print(machine())
+    args.threads = "all"
+    speed(args)
+    single_thread_run(["--quick"] if args.quick else [])
+    size_and_accuracy(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
