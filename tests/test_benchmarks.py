@@ -142,3 +142,23 @@ def test_slim_quick():
     assert all(int(r[1].replace(",", "")) <= 0.5 * base_flops for r in rows[1:]), out  # the FLOPs target holds
     assert all(float(r[6]) < float(rows[0][6]) for r in rows[1:]), out  # and the saved weights are smaller
     assert re.search(r"^ResNet-18 \(32x32\), -50% FLOPs by l1_norm: FLOPs 74,386,432 -> \d", out, re.M), out
+
+
+def test_sparsity_quick():
+    out = run_quick("sparsity.py", timeout=300)
+    threads = [float(r) for r in re.findall(r"^threads: .*CPU time / wall time of a jitted matmul loop: (\d+\.\d\d)$",
+                                            out, re.M)]
+    assert len(threads) == 2 and threads[1] <= 1.05, out  # the single-thread run really ran on one CPU
+    rows = re.findall(r"^(linear 1024x1024, batch (?:1|32)|MLP 784-1024-1024-10, batch 32|DigitsCNN, batch 32)\s+"
+                      r"(Predictor \(frozen\)|jax\.jit|outside XLA)\s+(\S+(?: \S+)?)\s+\d+\.\d{3}\s+(\d+\.\d\d)x$",
+                      out, re.M)
+    variants = {(r[0], r[1], r[2]) for r in rows}
+    assert len(rows) == 2 * len(variants) == 2 * 27, out  # every case at both thread counts
+    assert ("DigitsCNN, batch 32", "Predictor (frozen)", "2:4") in variants, out
+    assert ("MLP 784-1024-1024-10, batch 32", "jax.jit", "75% BCOO") in variants, out
+    assert all(float(r[3]) == 1.0 for r in rows if r[2] in ("dense", "dense BLAS")), out
+    sizes = re.findall(r"^(DigitsCNN|MLP)\s+(75%|2:4)\s+\d+\.\d\s+\d+\.\d\s+(\d\.\d\d)$", out, re.M)
+    assert [(m, w) for m, w, _ in sizes] == [("DigitsCNN", "75%"), ("DigitsCNN", "2:4"), ("MLP", "75%"), ("MLP", "2:4")]
+    assert all(float(r) < (0.30 if w == "75%" else 0.55) for _, w, r in sizes), out
+    accuracy = re.findall(r"^(dense|75%|2:4)\s+(\d\.\d{3})\s+(\d+\.\d\d)%(?:\s+(\d+\.\d\d)%\s+(yes|NO))?$", out, re.M)
+    assert [a[0] for a in accuracy] == ["dense", "75%", "2:4"] and all(a[4] == "yes" for a in accuracy[1:]), out
