@@ -255,8 +255,9 @@ def _same_shape(caller: str, program: Program, pairs, spatial: bool = False) -> 
 
 
 class DistillLayer(ProgramLayer):
-    """A merged program as a layer: the student's parameters train, the teacher's do not.
-    ``student()`` is the student program with the layer's current parameters.
+    """A merged program as a layer: the student's parameters train, the teacher's (and those
+    ``frozen`` names, such as a fake-quantized student's scales) do not. ``student()`` is the
+    student program with the layer's current parameters.
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> t = pj.trace(lambda p, x: x @ p["w"], pj.InputSpec((None, 2)), params={"w": jnp.eye(2)})
@@ -265,9 +266,9 @@ class DistillLayer(ProgramLayer):
     ['w']
     """
 
-    def __init__(self, merged: Program):
+    def __init__(self, merged: Program, frozen=()):
         info = _info(merged, "DistillLayer")
-        super().__init__(merged, frozen=info.teacher_params)
+        super().__init__(merged, frozen=info.teacher_params | set(frozen))
         self.student_source = info.student
 
     def student(self) -> Program:
