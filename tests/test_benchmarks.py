@@ -162,3 +162,22 @@ def test_sparsity_quick():
     assert all(float(r) < (0.30 if w == "75%" else 0.55) for _, w, r in sizes), out
     accuracy = re.findall(r"^(dense|75%|2:4)\s+(\d\.\d{3})\s+(\d+\.\d\d)%(?:\s+(\d+\.\d\d)%\s+(yes|NO))?$", out, re.M)
     assert [a[0] for a in accuracy] == ["dense", "75%", "2:4"] and all(a[4] == "yes" for a in accuracy[1:]), out
+
+
+def test_nas_quick(tmp_path):
+    out = run_quick("nas.py", "--latency-cache", str(tmp_path / "latency.json"), "--out", str(tmp_path),
+                    timeout=300)
+    for limit in ("flops", "latency"):
+        search = out.split(f"SANAS under {limit} <= ")[1].split("reward plot:")[0]
+        bound = float(search.split(" ")[0].replace(",", ""))
+        steps = re.findall(r"^\s+(\d+)  (\[[\d, ]+\])\s+([\d,]+)\s+(\d+\.\d+)\s+(\d\.\d{4})  (yes|no)\s+(\d\.\d{4})$",
+                           search, re.M)
+        assert [int(s[0]) for s in steps] == [1, 2], out
+        column = 2 if limit == "flops" else 3
+        assert all(float(s[column].replace(",", "")) <= bound for s in steps), out  # every candidate within the limit
+        assert (tmp_path / f"nas_{limit}_rewards.png").stat().st_size > 1000
+    best = re.findall(r"^(flops|latency)\s+\[[\d, ]+\]\s+[\d,]+\s+\S+\s+\d+\.\d+\s+\S+\s+(\d+\.\d\d)%$", out, re.M)
+    assert [b[0] for b in best] == ["flops", "latency"], out
+    errors = re.findall(r"^\[[\d, ]+\]\s+(\d+\.\d+)\s+(\d+\.\d+)\s+[+-]\d+\.\d%$", out, re.M)
+    assert len(errors) == 3 and all(float(p) > 0 and float(m) > 0 for p, m in errors), out
+    assert re.search(r"^mean absolute error of the prediction: \d+\.\d%$", out, re.M), out
