@@ -32,6 +32,7 @@ import math
 import os
 import statistics
 import time
+import zipfile
 from pathlib import Path
 from typing import Sequence
 
@@ -123,7 +124,7 @@ def load_samples(source, program: Program) -> list[np.ndarray]:
             try:
                 with np.load(path, allow_pickle=False) as npz:
                     source = {k: npz[k] for k in npz.files}
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, zipfile.BadZipFile) as e:
                 raise ValueError(f"auto_compress: {path} is not a readable .npz file of arrays: {e}") from None
         elif path.suffix == ".npy":
             source = [_npy(path)]
