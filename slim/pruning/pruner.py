@@ -137,18 +137,31 @@ def _written_size(attrs: dict, axis: int, size: int) -> dict:
 
 
 def prune(program: Program, ratios: float | dict[str, float] | None = None, *, flops: float | None = None,
-          criterion: str = "l1_norm", samples=None) -> Program:
+          criterion: str = "l1_norm", samples=None, pruned_params: str | None = None) -> Program:
     """A copy of ``program`` with channels pruned: ``ratios`` is one ratio for every group or
     ``{producer weight: ratio}`` (a group's ratio is its first named producer's); ``flops``
     (instead) is the fraction of the FLOPs to remove, reached with one ratio for all groups.
+    ``pruned_params`` (a regular expression, PaddleSlim's option) limits the one ratio to the
+    groups with a producer weight whose name it matches in full.
     Groups keep at least one channel; frozen channels (those reaching the outputs) stay.
     ``samples`` (``(inputs, integer labels)``) feed the ``taylor`` criterion."""
+    import re
+
     from paddlejax import analysis
 
     if (ratios is None) == (flops is None):
         raise ValueError("prune: give ratios or flops (the fraction of FLOPs to remove)")
     graph = ChannelGraph(program)
     groups = graph.groups()
+    if pruned_params is not None:
+        try:
+            pattern = re.compile(pruned_params)
+        except re.error as e:
+            raise ValueError(f"prune: pruned_params {pruned_params!r} is not a regular expression: {e}") from None
+        groups = [g for g in groups if any(pattern.fullmatch(n) for n in g.producers)]
+        if not groups:
+            raise ValueError(f"prune: pruned_params {pruned_params!r} matches no prunable weight; prunable: "
+                             f"{sorted(n for g in graph.groups() for n in g.producers)[:8]}")
     scores = channel_scores(graph, criterion, samples)
     if flops is not None:
         if not 0 < flops < 1:

@@ -317,3 +317,15 @@ def test_a_sum_over_the_channels_freezes_them():
                     pj.InputSpec((None, 2, 8, 8)), params=p)
     # the conv's channels are pooled over space and stay prunable; the linear's are summed together
     assert groups_of(prog) == [(("w",), 4)]
+
+
+def test_pruned_params_limits_pruning_to_the_matching_groups():
+    prog = digits_program()
+    small = prune(prog, 0.5, pruned_params=r"features\.[03]\.weight")
+    assert [small.params[f"features.{i}.weight"].shape[0] for i in (0, 3, 7)] == [16, 32, 128]
+    assert analysis.flops(prune(prog, flops=0.2, pruned_params=r"features\.7\..*"), {"b": 1}) <= 0.8 * analysis.flops(
+        prog, {"b": 1})
+    with pytest.raises(ValueError, match="matches no prunable weight"):
+        prune(prog, 0.5, pruned_params="fc.*")
+    with pytest.raises(ValueError, match="not a regular expression"):
+        prune(prog, 0.5, pruned_params="(")
