@@ -313,6 +313,8 @@ def leaf_masks(params, masks: dict) -> tuple:
     [None, (2, 2)]
     """
     names, leaves = _path_names(params)
+    if not masks:
+        return (None,) * len(leaves)
     found: dict[tuple[str, str], dict[str, int]] = {}
     for i, leaf_name in enumerate(names):
         for name in masks:

@@ -214,6 +214,7 @@ def test_masks_are_matched_to_the_parameter_tree_by_name_or_refused_clearly():
     got = leaf_masks(params, {"a.w": np.eye(2, dtype=bool), "b.w": np.ones(3, bool)})
     assert [None if m is None else m.shape for m in got] == [(2, 2), (3,), None]
     assert leaf_masks(params, {"params.w": np.ones(3, bool)})[2] is not None  # a full path matches as it is
+    assert leaf_masks(params, {}) == (None, None, None)  # nothing was masked (every weight under min_size)
     with pytest.raises(ValueError, match=r"masks \['c.w'\] name no parameter of the optimized tree \(its parameters: "
                                          r"params.a.w, params.b.w, params.w\)"):
         leaf_masks(params, {"a.w": np.eye(2, dtype=bool), "c.w": np.ones(3, bool)})
