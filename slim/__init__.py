@@ -14,4 +14,4 @@ from paddlejax.slim import sparsity  # noqa: F401
 from paddlejax.slim import distill  # noqa: F401
 from paddlejax.slim.distill import (DistillLayer, distill_loss, fsp_loss, l2_loss, loss, merge,  # noqa: F401
                                     soft_label_loss)
-from paddlejax.slim.auto_compress import CompressionResult, auto_compress  # noqa: F401
+from paddlejax.slim.auto_compress import CompressionResult, auto_compress, compress_with_config  # noqa: F401

@@ -30,9 +30,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import statistics
 import time
-import zipfile
 from pathlib import Path
 from typing import Sequence
 
@@ -65,12 +65,12 @@ class Candidate:
 class CompressionResult:
     """What :func:`auto_compress` found: ``program`` (the chosen candidate's, the original if
     none met the target), ``chosen`` its name, every candidate measured, and whether the
-    target was ``met``."""
+    target was ``met`` (:func:`compress_with_config` has no target: None)."""
 
     program: Program
     chosen: str
     candidates: list[Candidate]
-    target_speedup: float
+    target_speedup: float | None
     met: bool
 
     def table(self) -> str:
@@ -81,8 +81,9 @@ class CompressionResult:
             mark = "  <- chosen" if c.name == self.chosen else ""
             lines.append(f"{c.name:<20}{c.latency_ms:>9.3f}{c.speedup:>9.2f}x{c.error:>12.4f}{flips:>15}"
                          f"{c.seconds:>9.1f}{mark}")
-        verdict = "met" if self.met else "not met by any candidate: the original is kept"
-        lines.append(f"target: {self.target_speedup:.2f}x speed-up, {verdict}")
+        if self.target_speedup is not None:
+            verdict = "met" if self.met else "not met by any candidate: the original is kept"
+            lines.append(f"target: {self.target_speedup:.2f}x speed-up, {verdict}")
         return "\n".join(lines)
 
     def plot(self, path: str | os.PathLike) -> None:
@@ -96,7 +97,8 @@ class CompressionResult:
         for c in self.candidates:
             ax.scatter(c.error, c.speedup, s=60 if c.name == self.chosen else 30)
             ax.annotate(c.name, (c.error, c.speedup), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        ax.axhline(self.target_speedup, color="grey", linestyle="--", linewidth=1)
+        if self.target_speedup is not None:
+            ax.axhline(self.target_speedup, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("relative output error on held-out samples")
         ax.set_ylabel("speed-up over the original")
         ax.set_title("auto-compression candidates")
@@ -115,19 +117,18 @@ def load_samples(source, program: Program) -> list[np.ndarray]:
     >>> [a.shape for a in load_samples({"x": np.zeros((5, 3), "float32")}, prog)]
     [(5, 3)]
     """
+    from paddlejax.arrays import npz_names, read_arrays
+
     names = [v.name for v in program.inputs]
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
-            source = {p.stem: _npy(p) for p in sorted(path.glob("*.npy"))}
+            source = {p.stem: read_arrays(str(p))[0] for p in sorted(path.glob("*.npy"))}
         elif path.suffix == ".npz":
-            try:
-                with np.load(path, allow_pickle=False) as npz:
-                    source = {k: npz[k] for k in npz.files}
-            except (OSError, ValueError, zipfile.BadZipFile) as e:
-                raise ValueError(f"auto_compress: {path} is not a readable .npz file of arrays: {e}") from None
+            stored = npz_names(str(path))
+            source = dict(zip(stored, read_arrays(str(path), stored)))
         elif path.suffix == ".npy":
-            source = [_npy(path)]
+            source = read_arrays(str(path))
         else:
             raise ValueError(f"auto_compress: samples must be a directory of .npy files, an .npz or an .npy file; "
                              f"got {path}")
@@ -153,13 +154,6 @@ def load_samples(source, program: Program) -> list[np.ndarray]:
         raise ValueError(f"auto_compress: the sample arrays need one common number (>= 2) of rows, got "
                          f"{[a.shape[0] for a in arrays]}")
     return [a.astype(v.type.dtype) for v, a in zip(program.inputs, arrays)]
-
-
-def _npy(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"auto_compress: {path} is not a readable .npy array: {e}") from None
 
 
 def auto_compress(program: Program | str | os.PathLike, samples, target_speedup: float = 1.5, *,
@@ -259,8 +253,9 @@ class _Work:
         # the scales stay as calibrated: the weights learn around them (straight-through gradients)
         return convert(self.distill(fake, frozen=set(fake.params) - set(self.original.params)))
 
-    def distill(self, student: Program, frozen=()) -> Program:
-        """``student`` trained to reproduce the original's outputs on the training samples."""
+    def distill(self, student: Program, frozen=(), distillers: Sequence[dict] = ()) -> Program:
+        """``student`` trained to reproduce the original on the training samples: its outputs
+        (mean squared difference), or what ``distillers`` (PaddleSlim 1.x entries) pair up."""
         import jax
         import optax
 
@@ -268,8 +263,12 @@ class _Work:
         from paddlejax.slim.distill import DistillLayer, distill_loss, l2_loss, merge
 
         merged = merge(self.original, student)
-        for t, s in zip(self.original.outputs, student.outputs):
-            l2_loss(t, s, merged)
+        if distillers:
+            for entry in distillers:
+                _add_distiller(entry, self.original, student, merged)
+        else:
+            for t, s in zip(self.original.outputs, student.outputs):
+                l2_loss(t, s, merged)
         layer = DistillLayer(merged, frozen=frozen)
         rows = self.train[0].shape[0]
         steps = max(1, self.epochs * (rows // self.batch_size))
@@ -304,10 +303,126 @@ class _Work:
             c.error, c.flips = _drift(reference, _outputs(predictors[c.name], self.held, self.batch_size))
 
 
-def _outputs(predictor, arrays: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
+def _add_distiller(entry: dict, teacher: Program, student: Program, merged: Program) -> None:
+    from paddlejax.slim import distill
+    from paddlejax.slim.compress_config import feature
+
+    where = f"distillers.{entry['name']}"
+    weight = float(entry.get("distillation_loss_weight", 1.0))
+    if entry["class"] == "FSPDistiller":
+        pairs = list(zip(entry.get("teacher_pairs") or [], entry.get("student_pairs") or []))
+        if not pairs or len(entry["teacher_pairs"]) != len(entry["student_pairs"]):
+            raise ValueError(f"compress config: {where} needs as many teacher_pairs as student_pairs")
+        for (t1, t2), (s1, s2) in pairs:
+            distill.fsp_loss(feature(teacher, t1, where), feature(teacher, t2, where), feature(student, s1, where),
+                             feature(student, s2, where), merged, weight=weight)
+        return
+    t = feature(teacher, entry.get("teacher_feature_map", "output"), where)
+    s = feature(student, entry.get("student_feature_map", "output"), where)
+    if entry["class"] == "L2Distiller":
+        distill.l2_loss(t, s, merged, weight=weight)
+    else:
+        distill.soft_label_loss(t, s, merged, float(entry.get("teacher_temperature", 1.0)),
+                                float(entry.get("student_temperature", 1.0)), weight=weight)
+
+
+def compress_with_config(program: Program | str | os.PathLike, samples, config, *, batch_size: int = 32,
+                         learning_rate: float = 2e-4, holdout: float = 0.2, repeats: int = 20, seed: int = 0,
+                         progress: bool = True) -> CompressionResult:
+    """Run a PaddleSlim 1.x compression config (a YAML path, text or mapping; see
+    :mod:`paddlejax.slim.compress_config`) on ``program`` with unlabelled ``samples``: its
+    pruning strategies in order, fine-tuning by distillation from the original for the
+    compressor's ``epoch`` s, then its quantization; measured against the original.
+
+    >>> import numpy as np, jax.numpy as jnp, paddlejax as pj
+    >>> w = np.random.default_rng(0).normal(size=(16, 8)).astype("float32")
+    >>> prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]), pj.InputSpec((None, 16)), params={"w": w})
+    >>> x = np.random.default_rng(1).normal(size=(40, 16)).astype("float32")
+    >>> config = {"strategies": {"q": {"class": "QuantizationStrategy"}}, "compressor": {"strategies": ["q"]}}
+    >>> result = compress_with_config(prog, [x], config, batch_size=8, repeats=2, progress=False)
+    >>> result.chosen, result.candidates[1].error < 0.05
+    ('config', True)
+    """
+    from paddlejax.io import load
+    from paddlejax.slim.compress_config import fidelity, read_config
+
+    plan = read_config(config)
+    original = program if isinstance(program, Program) else load(program)
+    arrays = load_samples(samples, original)
+    n = arrays[0].shape[0]
+    split = min(n - 1, max(1, int(round(n * (1 - holdout)))))
+    train, held = [a[:split] for a in arrays], [a[split:] for a in arrays]
+    work = _Work(original, train, held, batch_size, plan.epochs, learning_rate, 0.5, seed, progress)
+    reference = _outputs(original, held, batch_size)
+
+    def metric(candidate: Program) -> float:
+        return fidelity(reference, _outputs(candidate, held, batch_size))
+
+    current, distillers, quantization, pruned = original, [], None, False
+    for strategy in plan.strategies:
+        current, pruned = _run_strategy(strategy, current, metric, seed, progress, pruned)
+        distillers = strategy.options["distillers"] if strategy.kind == "distillation" else distillers
+        quantization = strategy.options if strategy.kind == "quantization" else quantization
+    if plan.epochs > 0 and (pruned or distillers):
+        current = work.distill(current, distillers=distillers)
+    if quantization is not None:
+        if quantization["train"] and plan.epochs > 0:
+            from paddlejax.slim.quant import calibrate, convert, quant_aware
+
+            fake = quant_aware(current)
+            calibrate(fake, work.calibration(), "hist", progress=progress)
+            current = convert(work.distill(fake, frozen=set(fake.params) - set(current.params)))
+        else:
+            current = work.ptq(current)
+    candidates = [Candidate("original", original), Candidate("config", current)]
+    work.measure(candidates, repeats)
+    return CompressionResult(current, "config", candidates, None, True)
+
+
+def _run_strategy(strategy, current: Program, metric, seed: int, progress: bool, pruned: bool):
+    """One pruning strategy of a config applied to ``current``; others pass through."""
+    from paddlejax import analysis
+    from paddlejax.slim.pruning import AutoPruner, get_ratios_by_loss, prune, sensitivity
+
+    o = strategy.options
+    if strategy.kind == "light_nas":
+        raise ValueError(f"compress config: strategies.{strategy.name} is a LightNASStrategy, which searches new "
+                         f"networks in a search space rather than compressing a program; run it with "
+                         f"pj.slim.nas.light_nas(config, search_space_configs)")
+    if strategy.kind == "uniform":
+        return prune(current, flops=o["target_ratio"], criterion=o["criterion"],
+                     pruned_params=o.get("pruned_params")), True
+    if strategy.kind == "sensitive":
+        delta = float(o.get("delta_rate", 0.1))
+        sens = sensitivity(current, metric, tuple(np.arange(delta, 1.0 - 1e-9, delta).round(6)),
+                           criterion=o["criterion"], sensitivities_file=o.get("sensitivities_file"), progress=progress)
+        if o.get("pruned_params"):
+            sens = {k: v for k, v in sens.items() if re.fullmatch(o["pruned_params"], k)}
+        sizes = {d: 1 for v in current.inputs for d in v.type.shape if isinstance(d, str)}
+        goal = analysis.flops(current, sizes) * (1 - o["target_ratio"])
+        for bound in np.linspace(0.0, 1.0, 101):  # the smallest loss bound whose ratios reach the FLOPs target
+            ratios = get_ratios_by_loss(sens, float(bound))
+            candidate = prune(current, ratios=ratios, criterion=o["criterion"]) if ratios else current
+            if analysis.flops(candidate, sizes) <= goal:
+                return candidate, True
+        raise ValueError(f"compress config: strategies.{strategy.name} cannot reach target_ratio "
+                         f"{o['target_ratio']} within the measured sensitivities")
+    if strategy.kind == "auto":
+        c = o["controller"]
+        search = AutoPruner(current, metric, pruned_flops=o["target_ratio"],
+                            init_temperature=float(c.get("init_temperature", 100.0)),
+                            reduce_rate=float(c.get("reduce_rate", 0.85)), search_steps=int(c.get("max_iter_number", 300)),
+                            min_ratio=float(o.get("min_ratio", 0.0)), max_ratio=float(o.get("max_ratio", 0.9)),
+                            criterion=o["criterion"], seed=seed, progress=progress)
+        return search.search().program, True
+    return current, pruned
+
+
+def _outputs(run, arrays: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
+    """The outputs of ``run`` (a Predictor or a program) on ``arrays``, batch by batch, joined."""
     import jax
 
-    parts = [jax.tree_util.tree_leaves(predictor(*[a[i:i + batch_size] for a in arrays]))
+    parts = [jax.tree_util.tree_leaves(run(*[a[i:i + batch_size] for a in arrays]))
              for i in range(0, arrays[0].shape[0], batch_size)]
     return [np.concatenate([np.asarray(p[k], np.float64) for p in parts]) for k in range(len(parts[0]))]
 
