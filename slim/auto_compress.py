@@ -32,6 +32,7 @@ import math
 import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -194,7 +195,7 @@ def auto_compress(program: Program | str | os.PathLike, samples, target_speedup:
         built = work.build(name)
         candidates.append(Candidate(name, built, seconds=time.perf_counter() - start))
         if progress:
-            print(f"auto_compress: {name} built in {candidates[-1].seconds:.1f} s")
+            print(f"auto_compress: {name} built in {candidates[-1].seconds:.1f} s", file=sys.stderr)
     work.measure(candidates, repeats)
     best = choose(candidates, target_speedup)
     return CompressionResult(best.program, best.name, candidates, target_speedup, best is not candidates[0])

@@ -137,8 +137,11 @@ def read_config(source) -> CompressPlan:
     if isinstance(source, str):
         try:
             source = yaml.safe_load(source)  # safe_load builds plain data only: no object tags
-        except yaml.YAMLError as e:
-            raise _error(f"not valid YAML: {e}") from None
+        except yaml.YAMLError as e:  # one line: what is wrong and where
+            mark = getattr(e, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise _error(f"not valid YAML: {problem}{where}") from None
     if not isinstance(source, dict):
         raise _error(f"the top level must be a mapping, got {type(source).__name__}")
     ignored: list[str] = []

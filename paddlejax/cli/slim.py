@@ -1,11 +1,13 @@
 """Compress a saved program: ``paddlejax slim quantize`` (post-training int8 quantization),
-``paddlejax slim prune`` (structured channel pruning) and ``paddlejax slim sparsify`` (unstructured
-or N:M sparse weights, saved compactly).
+``paddlejax slim prune`` (structured channel pruning), ``paddlejax slim sparsify`` (unstructured
+or N:M sparse weights, saved compactly) and ``paddlejax slim compress`` (auto-compression from
+unlabelled samples, or a PaddleSlim 1.x compression config).
 
     paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
     paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
     paddlejax slim prune out/model --flops 0.5 --criterion l1_norm -o out/model.pruned
     paddlejax slim sparsify out/model --n 2 --m 4 -o out/model.sparse
+    paddlejax slim compress out/model --data samples.npz --target-speedup 1.5 -o out/model.small
 
 ``--calib`` is a ``.npy`` file of calibration inputs (read without unpickling), cut into batches
 of ``--batch-size``. The command prints the per-layer error of the int8 program against the
@@ -48,6 +50,21 @@ Fine-tune it afterwards with paddlejax.slim.sparsity.decorate to keep the zeros.
     paddlejax slim sparsify out/model -o out/model.sparse                  # 2:4
     paddlejax slim sparsify out/model --ratio 0.75 --scope global -o out/model.sparse
     paddlejax slim sparsify out/model --n 2 --m 4 --exclude fc.weight -o out/model.sparse
+"""
+COMPRESS = """Auto-compression of a saved program from unlabelled samples, without its training code:
+candidate strategies (post-training int8; structured pruning, then distillation with the original as
+teacher; quantization-aware training with that distillation; pruning, distillation and int8) are
+built and timed on this machine through Predictors, and the one at least --target-speedup times
+faster with the least output drift on held-out samples is saved. Prints each candidate's latency,
+speed-up and drift. With --config, a PaddleSlim 1.x compression config (version, pruners,
+controllers, distillers, strategies, compressor) runs instead.
+
+--data is an .npz file with one array per program input (named as the inputs), an .npy file
+(one-input programs) or a directory of <input>.npy files; rows are samples.
+
+    paddlejax slim compress out/model --data samples.npz --target-speedup 1.5 -o out/model.small
+    paddlejax slim compress out/model --data samples/ --strategies ptq,prune_distill --plot act.png -o out/small
+    paddlejax slim compress out/model --data samples.npz --config compress.yaml -o out/model.small
 """
 # The observers that calibrate one scale (or range) per activation (paddlejax.slim.quant.OBSERVERS).
 ALGOS = ("hist", "KL", "mse", "avg", "abs_max", "moving_average_abs_max", "min_max")
@@ -99,6 +116,21 @@ def add_arguments(p) -> None:
     s.add_argument("--min-size", type=int, default=1024,
                    help="weights with fewer elements stay dense (default 1024)")
     s.add_argument("-o", "--output", required=True, help="where to save the sparse program")
+    c = sub.add_parser("compress", help="auto-compression from unlabelled samples (or a 1.x compression config)",
+                       description=COMPRESS, formatter_class=p.formatter_class)
+    c.add_argument("path", help="saved program")
+    c.add_argument("--data", required=True, help="unlabelled samples: .npz, .npy or a directory of .npy files")
+    c.add_argument("--target-speedup", type=float, default=1.5, help="speed-up over the original to reach "
+                                                                     "(default 1.5)")
+    c.add_argument("--strategies", help="comma-separated candidates among ptq, prune_distill, qat_distill, "
+                                        "prune_distill+ptq (default: all)")
+    c.add_argument("--config", help="a PaddleSlim 1.x compression config (YAML) to run instead of the search")
+    c.add_argument("--prune-flops", type=float, default=0.5, help="fraction of FLOPs pruning removes (default 0.5)")
+    c.add_argument("--epochs", type=int, default=3, help="distillation epochs of training strategies (default 3)")
+    c.add_argument("--lr", type=float, default=2e-4, help="distillation learning rate (default 2e-4)")
+    c.add_argument("--batch-size", type=int, default=32, help="batch size of training and timing (default 32)")
+    c.add_argument("--plot", help="write speed-up against drift as a PNG here")
+    c.add_argument("-o", "--output", required=True, help="where to save the chosen program")
 
 
 def _calibration_batches(path: str, batch_size: int, program) -> list:
@@ -117,7 +149,8 @@ def _calibration_batches(path: str, batch_size: int, program) -> list:
 
 
 def main(args) -> int:
-    return {"quantize": _quantize, "prune": _prune, "sparsify": _sparsify}[args.slim_command](args)
+    return {"quantize": _quantize, "prune": _prune, "sparsify": _sparsify,
+            "compress": _compress}[args.slim_command](args)
 
 
 def _ratios(text: str) -> dict[str, float]:
@@ -238,4 +271,40 @@ def _sparsify(args) -> int:
     stored = os.path.getsize(re.sub(r"\.(json|safetensors)$", "", output) + ".safetensors")
     print(f"tensors: {_size(dense)} dense -> {_size(stored)} stored ({stored / dense:.2f} of dense)")
     print(f"saved {args.output}")
+    return 0
+
+
+def _compress(args) -> int:
+    from paddlejax.io import load, save
+    from paddlejax.slim.auto_compress import STRATEGIES, auto_compress, compress_with_config
+    from paddlejax.slim.compress_config import read_config
+
+    program_path(args.output)
+    check_not_input(args.output, programs=[args.path], files=[args.data])
+    if args.plot:
+        plot_path(args.plot, "--plot")
+    if args.batch_size < 1 or args.epochs < 0:
+        raise ValueError(f"--batch-size must be positive and --epochs not negative, got {args.batch_size}, "
+                         f"{args.epochs}")
+    plan = read_config(args.config) if args.config else None  # a bad config fails before anything trains
+    program = load(args.path)
+    if plan is not None:
+        print(f"{program.name}: compression config {args.config} ({', '.join(s.name for s in plan.strategies)})")
+        if plan.ignored:
+            print(f"read but without meaning here: {', '.join(plan.ignored)}")
+        result = compress_with_config(program, args.data, plan.source, batch_size=args.batch_size,
+                                      learning_rate=args.lr)
+    else:
+        strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip()) if args.strategies \
+            else STRATEGIES
+        print(f"{program.name}: auto-compression, target {args.target_speedup:.2f}x")
+        result = auto_compress(program, args.data, args.target_speedup, strategies=strategies,
+                               prune_flops=args.prune_flops, epochs=args.epochs, learning_rate=args.lr,
+                               batch_size=args.batch_size)
+    print(result.table())
+    save(result.program, args.output)
+    print(f"saved {args.output} ({result.chosen})")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"wrote {args.plot}")
     return 0

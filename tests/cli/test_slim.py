@@ -263,3 +263,96 @@ def test_sparsify_errors_are_one_line(digits_cnn, capsys, args, message):
     err = capsys.readouterr().err
     assert re.search(message, err) and err.count("\n") == 1, err
     assert not (tmp / "sparse.json").exists()
+
+
+def test_compress_times_candidates_and_saves_the_chosen_one(mlp, capsys):
+    prog, tmp = mlp
+    np.savez(tmp / "samples.npz", x=np.load(tmp / "calib.npy"))
+    args = ["slim", "compress", str(tmp / "mlp"), "--data", str(tmp / "samples.npz"), "--target-speedup", "0.01",
+            "--strategies", "ptq", "--batch-size", "8", "--plot", str(tmp / "act.png"), "-o", str(tmp / "small")]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "<lambda>: auto-compression, target 0.01x"
+    assert [line.split()[0] for line in lines[2:4]] == ["original", "ptq"]
+    assert lines[3].endswith("<- chosen") and lines[4] == "target: 0.01x speed-up, met"
+    assert lines[5] == f"saved {tmp / 'small'} (ptq)"
+    assert any(op.type == "quantized_linear" for op in pj.load(tmp / "small").walk())
+    assert (tmp / "act.png").read_bytes()[:4] == b"\x89PNG"
+
+
+COMPRESS_YAML = """\
+version: 1.0
+pruners:
+    pruner_1:
+        class: 'StructurePruner'
+        pruning_axis: {'*': 0}
+        criterions: {'*': 'l1_norm'}
+distillers:
+    l2_distiller:
+        class: 'L2Distiller'
+        teacher_feature_map: 'output'
+        student_feature_map: 'output'
+        distillation_loss_weight: 1
+strategies:
+    uniform_pruning_strategy:
+        class: 'UniformPruneStrategy'
+        pruner: 'pruner_1'
+        start_epoch: 0
+        target_ratio: 0.5
+        pruned_params: 'features\\.[037]\\.weight'
+        metric_name: 'acc_top1'
+    distillation_strategy:
+        class: 'DistillationStrategy'
+        distillers: ['l2_distiller']
+        start_epoch: 0
+        end_epoch: 1
+compressor:
+    epoch: 1
+    checkpoint_path: './checkpoints/'
+    strategies:
+        - uniform_pruning_strategy
+        - distillation_strategy
+"""
+
+
+def test_compress_runs_a_paddleslim_1x_config(digits_cnn, capsys):
+    prog, tmp = digits_cnn
+    (tmp / "compress.yaml").write_text(COMPRESS_YAML)
+    np.save(tmp / "x.npy", pj.data.Digits("train").arrays()[0][:48])
+    args = ["slim", "compress", str(tmp / "cnn"), "--data", str(tmp / "x.npy"), "--config", str(tmp / "compress.yaml"),
+            "--batch-size", "16", "-o", str(tmp / "small")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"DigitsCNN: compression config {tmp / 'compress.yaml'} (uniform_pruning_strategy, "
+                          "distillation_strategy)\nread but without meaning here: compressor.checkpoint_path, "
+                          "strategies.uniform_pruning_strategy.start_epoch, strategies.distillation_strategy.end_epoch, "
+                          "strategies.distillation_strategy.start_epoch\n")
+    assert re.search(r"^config\s+\d+\.\d{3}\s+\d+\.\d\dx", out, re.M), out
+    small = pj.load(tmp / "small")
+    assert small.params["features.0.weight"].shape[0] < prog.params["features.0.weight"].shape[0]
+
+
+@pytest.mark.parametrize("config, message", [
+    ("strategies: {s: {class: 'UniformPruneStrategy', pruner: 'p9'}}", "names 'p9', which pruners does not define"),
+    ("strategies: {s: {class: 'MagicStrategy'}}", "has class 'MagicStrategy'"),
+    ("strategies: {s: {class: 'QuantizationStrategy', weight_bitz: 8}}", "unknown key 'weight_bitz'"),
+    ("strategies: {s: {class: 'QuantizationStrategy', weight_bits: 4}}", "8-bit quantization only"),
+    ("!!python/object/apply:os.system ['echo hacked']", "not valid YAML"),
+    ("strategies: [1, 2", "not valid YAML"),
+])
+def test_compress_config_errors_are_one_line_and_nothing_trains(mlp, capsys, config, message):
+    _, tmp = mlp
+    (tmp / "bad.yaml").write_text(config)
+    args = ["slim", "compress", str(tmp / "mlp"), "--data", str(tmp / "calib.npy"), "--config", str(tmp / "bad.yaml"),
+            "-o", str(tmp / "small")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("\n") == 1, err
+    assert not (tmp / "small.json").exists()
+
+
+def test_compress_refuses_samples_that_do_not_fit(mlp, capsys):
+    _, tmp = mlp
+    np.save(tmp / "wide.npy", np.zeros((10, 7), np.float32))
+    assert main(["slim", "compress", str(tmp / "mlp"), "--data", str(tmp / "wide.npy"), "-o", str(tmp / "s")]) == 2
+    assert "samples for input 'x' have shape (10, 7), the program takes f32[b,6]" in capsys.readouterr().err
