@@ -65,6 +65,7 @@ def main(argv=None) -> int:
     args.steps = args.steps or (2 if args.quick else 16)
     args.epochs = args.epochs or (1 if args.quick else 3)
     args.out = args.out or tempfile.mkdtemp(prefix="nas-")
+    os.makedirs(args.out, exist_ok=True)
     repeats = 5 if args.quick else 30
     print(machine())
 

@@ -54,12 +54,14 @@ class Constraint:
         return cls("latency_ms", limit_ms, lambda tokens: table.predict(space.blocks(tokens)))
 
     def measure(self, tokens) -> float:
+        """The measured quantity of ``tokens`` (remembered)."""
         key = tuple(tokens)
         if key not in self._values:
             self._values[key] = self._measure(list(tokens))
         return self._values[key]
 
     def __call__(self, tokens) -> bool:
+        """Whether ``tokens`` are within the limit."""
         return self.measure(tokens) <= self.limit
 
     def excess(self, tokens) -> float:

@@ -75,10 +75,12 @@ class SAController:
 
     @property
     def best_tokens(self) -> list[int] | None:
+        """The tokens of the best reward so far."""
         return self.annealing.state["best"]
 
     @property
     def max_reward(self) -> float | None:
+        """The best reward so far."""
         return self.annealing.state["best_reward"]
 
     @property

@@ -51,7 +51,7 @@ class MobileNetV2Space(SearchSpace):
     stem = 16
     last = 256
     head_num = (8, 12, 16, 24, 32)
-    # one row of widths per stage after the head; (stride, row) in Paddle's order of stages
+    # one row of widths, and a stride, per stage after the head, in Paddle's order of stages
     filter_num = ((8, 12, 16, 24, 32), (8, 12, 16, 24, 32), (16, 24, 32, 48, 64), (24, 32, 48, 64, 96),
                   (32, 48, 64, 96, 128), (48, 64, 96, 128, 160), (64, 96, 128, 160, 192))
     strides = (2, 2, 2, 2, 1, 2, 1)
@@ -68,6 +68,7 @@ class MobileNetV2Space(SearchSpace):
         return [2] + [4, 2, 1, 0] * self._stages()
 
     def range_table(self) -> list[int]:
+        """The head's widths, then each stage's expansions, widths, repeats and kernels."""
         return [len(self.head_num)] + [n for row in self.filter_num[:self._stages()]
                                        for n in (len(self.multiply), len(row), len(self.repeat), len(self.k_size))]
 
@@ -81,6 +82,7 @@ class MobileNetV2Space(SearchSpace):
         return stages
 
     def blocks(self, tokens):
+        """Stem, the stages' inverted residual blocks, then (a classifier) 1x1 conv and classifier."""
         layers = [("conv_bn", dict(out_channels=self.stem, kernel=3, stride=2, act="relu6"))]
         for t, c, n, s, k in self.stages(tokens):
             layers += [("inverted_residual", dict(out_channels=c, stride=s if i == 0 else 1, expand=t, kernel=k))

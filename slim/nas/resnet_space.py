@@ -47,9 +47,11 @@ class ResNetSpace(SearchSpace):
         return [1, 0] * self.block_num
 
     def range_table(self) -> list[int]:
+        """Each stage's widths and repeats."""
         return [n for row in self.filter_num[:self.block_num] for n in (len(row), len(self.repeat))]
 
     def blocks(self, tokens):
+        """Stem, the stages' basic blocks, then (a classifier) the classifier."""
         tokens = self.check_tokens(tokens)
         widths = [self.filter_num[i][tokens[2 * i]] for i in range(self.block_num)]
         layers = [("conv_bn", dict(out_channels=widths[0], kernel=5, stride=2, act="relu"))]

@@ -74,6 +74,7 @@ class Block:
 
     @property
     def kwargs(self) -> dict:
+        """The arguments as a dict."""
         return dict(self.args)
 
     @property
@@ -181,12 +182,15 @@ class SearchSpace:
         return InputSpec((None, *self.in_shape))
 
     def init_tokens(self) -> list[int]:
+        """Where a search starts."""
         raise NotImplementedError
 
     def range_table(self) -> list[int]:
+        """How many values each token takes."""
         raise NotImplementedError
 
     def blocks(self, tokens) -> list[Block]:
+        """The blocks of the network of ``tokens``, in order (see :func:`chain`)."""
         raise NotImplementedError
 
     def check_tokens(self, tokens) -> list[int]:
@@ -221,9 +225,11 @@ class CombinedSearchSpace:
         self.spaces = list(spaces)
 
     def init_tokens(self) -> list[int]:
+        """The spaces' initial tokens, one after another."""
         return [t for s in self.spaces for t in s.init_tokens()]
 
     def range_table(self) -> list[int]:
+        """The spaces' range tables, one after another."""
         return [n for s in self.spaces for n in s.range_table()]
 
     def split(self, tokens) -> list[list[int]]:

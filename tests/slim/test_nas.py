@@ -2,7 +2,6 @@
 latency limits, resuming, the latency table's cache, the training reward and Light-NAS configs."""
 import json
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -294,8 +293,9 @@ def test_light_nas_reads_paddleslim_1x_compress_configs(tmp_path):
 
     assert light_nas(with_strategy(search_steps=None), MOBILENET).search_steps == 500 // 5
     inline = {"light_nas": {"controller": {"max_iter_number": 7}, "target_flops": 0, "target_latency": 2.5}}
-    assert [str(c) for c in light_nas(inline, MOBILENET, latency_table=LatencyTable(tmp_path / "l.json", batch_size=1)).constraints] == \
-        ["latency_ms <= 2.5"]
+    by_latency = light_nas(inline, MOBILENET, latency_table=LatencyTable(tmp_path / "latency.json", batch_size=1))
+    assert [str(c) for c in by_latency.constraints] == ["latency_ms <= 2.5"]
+    assert by_latency.controller.max_try_times == 7
     bad = json.loads(json.dumps(LIGHT_NAS))
     bad["controllers"]["sa_controller"]["max_iter"] = 3
     with pytest.raises(ValueError, match="unknown key 'max_iter' in controllers.sa_controller"):
