@@ -181,3 +181,16 @@ def test_nas_quick(tmp_path):
     errors = re.findall(r"^\[[\d, ]+\]\s+(\d+\.\d+)\s+(\d+\.\d+)\s+[+-]\d+\.\d%$", out, re.M)
     assert len(errors) == 3 and all(float(p) > 0 and float(m) > 0 for p, m in errors), out
     assert re.search(r"^mean absolute error of the prediction: \d+\.\d%$", out, re.M), out
+
+
+def test_auto_compress_quick(tmp_path):
+    out = run_quick("auto_compress.py", "--plot", str(tmp_path / "act.png"), timeout=300)
+    rows = re.findall(r"^(original|ptq|prune_distill)\s+(\d+\.\d{3})\s+(\d+\.\d\d)x\s+(\d+\.\d{4})\s+(\d+\.\d\d)%\s+"
+                      r"(\d+\.\d)(  <- chosen)?$", out, re.M)
+    assert [r[0] for r in rows] == ["original", "ptq", "prune_distill"], out
+    assert float(rows[0][2]) == 1.0 and float(rows[0][3]) == 0.0 and float(rows[1][3]) < 0.1, out
+    assert sum(bool(r[6]) for r in rows) == 1, out  # one candidate chosen
+    assert re.search(r"^target: 1\.50x speed-up, (met|not met by any candidate: the original is kept)$", out, re.M), out
+    accuracy = re.findall(r"^  (original|ptq|prune_distill)\s+(\d+\.\d\d)%  \(([+-]\d+\.\d\d) points\)", out, re.M)
+    assert [a[0] for a in accuracy] == ["original", "ptq", "prune_distill"] and accuracy[0][2] == "+0.00", out
+    assert (tmp_path / "act.png").read_bytes()[:4] == b"\x89PNG"
