@@ -149,7 +149,8 @@ layer_norm = define(
     "layer_norm", _layer_norm,
     inputs=[Input("x", **_float), Input("weight", optional=True, **_float), Input("bias", optional=True, **_float)],
     attrs={"epsilon": Attr("float", 1e-5, minimum=0), "begin_norm_axis": Attr("int", -1)},
-    flops=_norm_flops, traits=Traits(amp="norm"))
+    # pruning the last axis's channels keeps the op's shape rules; its statistics then cover the kept ones
+    flops=_norm_flops, traits=Traits(amp="norm", channels="identity", channel_axis=lambda attrs, rank: rank - 1))
 group_norm = define(
     "group_norm", _group_norm,
     inputs=[Input("x", rank=(2, 3, 4, 5), **_float), Input("weight", rank=1, optional=True, **_float),

@@ -90,8 +90,10 @@ class ChannelGraph:
         self.frozen: set[int] = set()
         self.regrouped: list[Op] = []  # grouped convolutions whose ``groups`` follows their channels
         self.resized: list[tuple[Op, int, np.ndarray]] = []  # reshapes whose written size at an axis follows ids
+        self.dead = _dead(program)  # what no output reads (an unused pooler) neither freezes nor is cut
         for op in program.body.ops:
-            self._visit(op)
+            if id(op) not in self.dead:
+                self._visit(op)
 
     # -- ids on values -----------------------------------------------------------------------------
     def get(self, v: Value, axis: int) -> np.ndarray | None:
@@ -210,8 +212,8 @@ class ChannelGraph:
             axis = t.channel_axis(op.attrs, len(x.type.shape))
             ids = self.get(x, axis)
             for v in op.operands[1:]:
-                if len(v.type.shape) != 1 or (ids is not None and not self.slice(v, 0, ids)):
-                    return False
+                if v.type.shape != (x.type.shape[axis],) or (ids is not None and not self.slice(v, 0, ids)):
+                    return False  # per-channel parameters only (a layer norm's may span several axes)
             if ids is not None and op.input("weight") is not None:
                 self.scales[param_name(op.input("weight"))] = ids
             for r in op.results:
@@ -339,6 +341,17 @@ class ChannelGraph:
         order = {name: i for i, name in enumerate(self.producers)}
         return [Group(key, tuple(sorted(members))) for key, members in
                 sorted(by_producers.items(), key=lambda kv: min(order[n] for n in kv[0]))]
+
+
+def _dead(program: Program) -> set[int]:
+    """The ids of the main block's ops whose results reach no output."""
+    live: set[int] = set()
+    ops = program.body.ops
+    for op in reversed(ops):
+        if op is program.body.terminator or not op.traits.pure or any(id(u) in live for r in op.results
+                                                                        for u in r.users):
+            live.add(id(op))
+    return {id(op) for op in ops} - live
 
 
 def _concrete(in_shape: tuple, out_shape: tuple) -> tuple[list, list] | tuple[None, None]:

@@ -93,6 +93,7 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
     """A copy of ``program`` without the channels ``dropped`` (ids of ``graph``, which must be
     the graph of that copy's source: build it with :class:`ChannelGraph` on ``program``)."""
     from paddlejax.ir.verifier import Shapes, infer_types, verify
+    from paddlejax.passes import run as run_passes
 
     graph = graph or ChannelGraph(program)
     out = program.clone()
@@ -109,6 +110,8 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
         resized.setdefault(id(op), []).append((axis, ids))
     shapes = Shapes(out)
     for old, op in zip(program.body.ops, out.body.ops):
+        if id(old) in graph.dead:
+            continue
         if op.type == "param":
             value = out.params[op.attrs["name"]]
             op.results[0].type = TensorType(tuple(value.shape), op.results[0].type.dtype)
@@ -122,6 +125,8 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
             op.attrs = _written_size(op.attrs, axis, int(np.count_nonzero(~np.isin(ids, drop))))
         for r, t in zip(op.results, infer_types(op, [v.type for v in op.operands], shapes)):
             r.type = t
+    if graph.dead:  # their types were not followed: they go
+        out = run_passes(out, "dce")
     verify(out)
     return out
 

@@ -329,3 +329,34 @@ def test_pruned_params_limits_pruning_to_the_matching_groups():
         prune(prog, 0.5, pruned_params="fc.*")
     with pytest.raises(ValueError, match="not a regular expression"):
         prune(prog, 0.5, pruned_params="(")
+
+
+def test_the_hidden_width_of_a_mean_pooled_transformer_prunes_through_its_layer_norms():
+    from flax import nnx
+
+    from paddlejax.models.bert import BertConfig, BertModel, SentenceEmbedding
+
+    config = BertConfig.from_name("minilm-l6-h384", num_hidden_layers=1, hidden_size=32, num_attention_heads=4,
+                                  intermediate_size=64, vocab_size=50, max_position_embeddings=16)
+
+    class Classifier(pj.nn.Layer):  # the encoder's unused pooler stays in the program: pruning looks past it
+        def __init__(self):
+            self.encoder = SentenceEmbedding(BertModel(config, rngs=nnx.Rngs(0)), pooling="mean", normalize=False)
+            self.head = pj.nn.Linear(32, 3)
+
+        def __call__(self, ids):
+            return self.head(self.encoder(ids))
+
+    model = Classifier()
+    model.eval()
+    prog = pj.to_static(model, pj.InputSpec((None, 8), "int32"))
+    hidden = next(g for g in ChannelGraph(prog).groups() if any("word_embeddings" in n for n in g.producers))
+    assert len(hidden.classes) == 32 and any("out_proj" in n for n in hidden.producers)  # residual stream, one width
+    small = prune(prog, ratios={hidden.producers[0]: 0.25})
+    shapes = {k: tuple(v.shape) for k, v in small.params.items()}
+    assert shapes["encoder.bert.embeddings.word_embeddings.weight"] == (50, 24)
+    assert shapes["encoder.bert.embeddings.layer_norm.weight"] == (24,)
+    assert shapes["encoder.bert.encoder.layers.0.linear1.weight"] == (24, 64)
+    assert shapes["head.weight"] == (24, 3)
+    ids = np.random.default_rng(0).integers(1, 50, (2, 8)).astype("int32")
+    assert np.isfinite(np.asarray(small(ids))).all() and np.asarray(small(ids)).shape == (2, 3)
