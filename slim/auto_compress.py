@@ -382,8 +382,7 @@ def compress_with_config(program: Program | str | os.PathLike, samples, config, 
 
 def _run_strategy(strategy, current: Program, metric, seed: int, progress: bool, pruned: bool):
     """One pruning strategy of a config applied to ``current``; others pass through."""
-    from paddlejax import analysis
-    from paddlejax.slim.pruning import AutoPruner, get_ratios_by_loss, prune, sensitivity
+    from paddlejax.slim.pruning import AutoPruner, prune, prune_by_sensitivity, sensitivity
 
     o = strategy.options
     if strategy.kind == "light_nas":
@@ -399,15 +398,11 @@ def _run_strategy(strategy, current: Program, metric, seed: int, progress: bool,
                            criterion=o["criterion"], sensitivities_file=o.get("sensitivities_file"), progress=progress)
         if o.get("pruned_params"):
             sens = {k: v for k, v in sens.items() if re.fullmatch(o["pruned_params"], k)}
-        sizes = {d: 1 for v in current.inputs for d in v.type.shape if isinstance(d, str)}
-        goal = analysis.flops(current, sizes) * (1 - o["target_ratio"])
-        for bound in np.linspace(0.0, 1.0, 101):  # the smallest loss bound whose ratios reach the FLOPs target
-            ratios = get_ratios_by_loss(sens, float(bound))
-            candidate = prune(current, ratios=ratios, criterion=o["criterion"]) if ratios else current
-            if analysis.flops(candidate, sizes) <= goal:
-                return candidate, True
-        raise ValueError(f"compress config: strategies.{strategy.name} cannot reach target_ratio "
-                         f"{o['target_ratio']} within the measured sensitivities")
+        try:
+            return prune_by_sensitivity(current, sens, o["target_ratio"], o["criterion"])[0], True
+        except ValueError:
+            raise ValueError(f"compress config: strategies.{strategy.name} cannot reach target_ratio "
+                             f"{o['target_ratio']} within the measured sensitivities") from None
     if strategy.kind == "auto":
         c = o["controller"]
         search = AutoPruner(current, metric, pruned_flops=o["target_ratio"],

@@ -208,26 +208,13 @@ def plot_rewards(history: list[dict], path: str, title: str = "SANAS") -> str:
     >>> os.path.getsize(path) > 1000
     True
     """
-    from paddlejax._extras import require
+    from paddlejax.slim.figures import line_chart
 
-    require("matplotlib", extra="plot", feature="plot_rewards")
-    import matplotlib
+    def draw(ax):
+        for accepted, style, label in ((True, "o", "accepted"), (False, "x", "rejected")):
+            steps = [h for h in history if h["accepted"] is accepted]
+            ax.plot([h["step"] for h in steps], [h["reward"] for h in steps], style, label=label)
+        ax.plot([h["step"] for h in history], [h["best_reward"] for h in history], "-", color="k", alpha=0.6,
+                label="best so far")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for accepted, style, label in ((True, "o", "accepted"), (False, "x", "rejected")):
-        steps = [h for h in history if h["accepted"] is accepted]
-        ax.plot([h["step"] for h in steps], [h["reward"] for h in steps], style, label=label)
-    ax.plot([h["step"] for h in history], [h["best_reward"] for h in history], "-", color="k", alpha=0.6,
-            label="best so far")
-    ax.set_xlabel("step")
-    ax.set_ylabel("reward")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return line_chart(draw, path, "step", "reward", title, "plot_rewards")

@@ -69,25 +69,41 @@ def get_ratios_by_loss(sensitivities: dict, loss: float) -> dict[str, float]:
     return ratios
 
 
+def prune_by_sensitivity(program: Program, sensitivities: dict, flops: float, criterion: str = "l1_norm",
+                         steps: int = 200) -> tuple[Program, float]:
+    """``program`` pruned by the ratios of the smallest loss bound (searched in ``steps`` steps
+    up to the largest measured loss) whose :func:`get_ratios_by_loss` removes at least ``flops``
+    of the FLOPs (PaddleSlim's sensitive strategy); returns the program and that bound.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> p = {"w1": jnp.ones((4, 2, 3, 3)), "w2": jnp.ones((3, 4, 3, 3))}
+    >>> prog = pj.trace(lambda p, x: pj.ops.conv2d(pj.ops.relu(pj.ops.conv2d(x, p["w1"])), p["w2"]),
+    ...                 pj.InputSpec((None, 2, 8, 8)), params=p)
+    >>> small, bound = prune_by_sensitivity(prog, {"w1": {0.25: 0.0, 0.5: 0.1, 0.75: 0.3}}, 0.4)
+    >>> small.params["w1"].shape[0], round(bound, 3)
+    (2, 0.1)
+    """
+    from paddlejax import analysis
+
+    sizes = {d: 1 for v in program.inputs for d in v.type.shape if isinstance(d, str)}
+    goal = analysis.flops(program, sizes) * (1 - flops)
+    top = max((lost for points in sensitivities.values() for lost in points.values()), default=0.0)
+    for k in range(steps + 1):
+        bound = top * k / steps
+        ratios = get_ratios_by_loss(sensitivities, bound)
+        candidate = prune(program, ratios=ratios, criterion=criterion) if ratios else program
+        if analysis.flops(candidate, sizes) <= goal:
+            return candidate, bound
+    raise ValueError(f"prune_by_sensitivity: the measured ratios cannot remove {flops:.0%} of the FLOPs; "
+                     f"measure larger ratios")
+
+
 def plot_sensitivity(sensitivities: dict, path: str, title: str = "sensitivity") -> str:
     """Loss against ratio, one line per group, as an image at ``path``; returns ``path``."""
-    from paddlejax._extras import require
+    from paddlejax.slim.figures import line_chart
 
-    require("matplotlib", extra="plot", feature="plot_sensitivity")
-    import matplotlib
+    def draw(ax):
+        for name, points in sensitivities.items():
+            ax.plot(list(points), [100 * v for v in points.values()], marker="o", label=name)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, points in sensitivities.items():
-        ax.plot(list(points), [100 * v for v in points.values()], marker="o", label=name)
-    ax.set_xlabel("pruned ratio")
-    ax.set_ylabel("metric lost (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return line_chart(draw, path, "pruned ratio", "metric lost (%)", title, "plot_sensitivity", legend_size=7)
