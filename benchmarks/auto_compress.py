@@ -65,7 +65,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--target-speedup", type=float, default=1.5)
-    p.add_argument("--epochs", type=int, default=2, help="distillation epochs of the training strategies")
+    p.add_argument("--epochs", type=int, default=3, help="distillation epochs of the training strategies (default 3)")
+    p.add_argument("--prune-flops", type=float, default=None,
+                   help="fraction of FLOPs pruning removes (default: 1 - 1/target speed-up)")
     p.add_argument("--length", type=int, default=128, help="word pieces per article")
     p.add_argument("--strategies", default=None, help="comma-separated (default: all; ptq,prune_distill with --quick)")
     p.add_argument("--plot", default=None, help="save the speed-up vs drift plot here")
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
         samples = tokenized(module.text, [train[i][0] for i in range(len(train))], args.length)
         test_inputs = tokenized(module.text, [test[i][0] for i in range(len(test))], args.length)
         test_labels = np.asarray([test[i][1] for i in range(len(test))])
-        options = dict(epochs=args.epochs, batch_size=32, repeats=10, learning_rate=1e-4)
+        options = dict(epochs=args.epochs, batch_size=32, repeats=10, learning_rate=1e-4, prune_flops=args.prune_flops)
     print(f"program {program.name}: {program.num_params():,} parameters; {samples[0].shape[0]} unlabelled samples "
           f"of {samples[0].shape[1:]} tokens")
     if args.strategies:

@@ -6,8 +6,9 @@ The original program is the teacher: every strategy that trains does so by disti
 outputs (mean squared difference), so no labels and no training code are needed. Candidates:
 
 - ``ptq``: post-training int8 (histogram calibration on the samples);
-- ``prune_distill``: structured pruning to ``-prune_flops`` of the FLOPs (``l1_norm``), then
-  distillation from the original;
+- ``prune_distill``: structured pruning of ``prune_flops`` of the FLOPs (``l1_norm``; by default
+  ``1 - 1/target_speedup``, what the target asks if time followed FLOPs), then distillation from
+  the original;
 - ``qat_distill``: fake-quantized (calibrated) and trained by distillation, then converted to int8;
 - ``prune_distill+ptq``: the pruned, distilled program quantized after training.
 
@@ -158,13 +159,14 @@ def load_samples(source, program: Program) -> list[np.ndarray]:
 
 
 def auto_compress(program: Program | str | os.PathLike, samples, target_speedup: float = 1.5, *,
-                  strategies: Sequence[str] = STRATEGIES, prune_flops: float = 0.5, epochs: int = 3,
+                  strategies: Sequence[str] = STRATEGIES, prune_flops: float | None = None, epochs: int = 3,
                   learning_rate: float = 2e-4, batch_size: int = 32, holdout: float = 0.2, repeats: int = 20,
                   seed: int = 0, progress: bool = True) -> CompressionResult:
     """Try ``strategies`` on ``program`` (or a saved program's path) with unlabelled ``samples``
     (see :func:`load_samples`) and keep the candidate that is at least ``target_speedup``
     times faster with the least drift (fewest top-1 changes, then smallest relative error).
-    Training strategies distil from the original for ``epochs`` on the non-held-out samples.
+    Training strategies distil from the original for ``epochs`` on the non-held-out samples
+    (0: they are built without training).
 
     >>> import numpy as np, jax.numpy as jnp, paddlejax as pj
     >>> prog = pj.trace(lambda x: x * 2.0, pj.InputSpec((None, 3)))
@@ -181,8 +183,14 @@ def auto_compress(program: Program | str | os.PathLike, samples, target_speedup:
     if not 0 < holdout < 1:
         raise ValueError(f"auto_compress: holdout is the fraction of samples kept for measuring drift, in (0, 1); "
                          f"got {holdout!r}")
+    if not isinstance(epochs, int) or epochs < 0:
+        raise ValueError(f"auto_compress: epochs must be an int >= 0 (0: no distillation), got {epochs!r}")
     if not target_speedup > 0:
         raise ValueError(f"auto_compress: target_speedup must be positive, got {target_speedup!r}")
+    if prune_flops is None:
+        prune_flops = min(0.9, max(0.1, 1 - 1 / target_speedup))
+    if not 0 < prune_flops < 1:
+        raise ValueError(f"auto_compress: prune_flops is the fraction of FLOPs to remove, in (0, 1); got {prune_flops!r}")
     original = program if isinstance(program, Program) else load(program)
     arrays = load_samples(samples, original)
     n = arrays[0].shape[0]
@@ -263,6 +271,8 @@ class _Work:
         import paddlejax as pj
         from paddlejax.slim.distill import DistillLayer, distill_loss, l2_loss, merge
 
+        if self.epochs == 0:
+            return student
         merged = merge(self.original, student)
         if distillers:
             for entry in distillers:

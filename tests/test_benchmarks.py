@@ -142,6 +142,10 @@ def test_slim_quick():
     assert all(int(r[1].replace(",", "")) <= 0.5 * base_flops for r in rows[1:]), out  # the FLOPs target holds
     assert all(float(r[6]) < float(rows[0][6]) for r in rows[1:]), out  # and the saved weights are smaller
     assert re.search(r"^ResNet-18 \(32x32\), -50% FLOPs by l1_norm: FLOPs 74,386,432 -> \d", out, re.M), out
+    mobile = re.findall(r"^(unpruned|uniform|sensitive)\s+([\d,]+)\s+(\d+\.\d\d)%\s+(\d+\.\d\d)$", out, re.M)
+    assert [(m[0], m[3]) for m in mobile] == [("unpruned", "70.91"), ("uniform", "69.83"), ("sensitive", "69.31")], out
+    flops = [int(m[1].replace(",", "")) for m in mobile]
+    assert all(0.4 * flops[0] <= f <= 0.5 * flops[0] for f in flops[1:]), out  # -50 %, not overshot
 
 
 def test_sparsity_quick():

@@ -125,7 +125,7 @@ def add_arguments(p) -> None:
     c.add_argument("--strategies", help="comma-separated candidates among ptq, prune_distill, qat_distill, "
                                         "prune_distill+ptq (default: all)")
     c.add_argument("--config", help="a PaddleSlim 1.x compression config (YAML) to run instead of the search")
-    c.add_argument("--prune-flops", type=float, default=0.5, help="fraction of FLOPs pruning removes (default 0.5)")
+    c.add_argument("--prune-flops", type=float, help="fraction of FLOPs pruning removes (default: 1 - 1/target)")
     c.add_argument("--epochs", type=int, default=3, help="distillation epochs of training strategies (default 3)")
     c.add_argument("--lr", type=float, default=2e-4, help="distillation learning rate (default 2e-4)")
     c.add_argument("--batch-size", type=int, default=32, help="batch size of training and timing (default 32)")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import paddlejax as pj
+from paddlejax import analysis
 from paddlejax.models.digits import DigitsCNN
 from paddlejax.slim.auto_compress import Candidate, auto_compress, choose, load_samples
 from paddlejax.slim.pruning import prune
@@ -78,8 +79,8 @@ def drift(program, reference, x):
 def test_candidates_are_measured_and_distillation_pulls_the_pruned_program_back(tmp_path):
     prog = digits_program()
     x = pj.data.Digits("train").arrays()[0][:160]
-    result = auto_compress(prog, [x], target_speedup=0.01, strategies=("ptq", "prune_distill"), epochs=4,
-                           learning_rate=3e-3, batch_size=16, repeats=2, progress=False)
+    result = auto_compress(prog, [x], target_speedup=0.01, strategies=("ptq", "prune_distill"), prune_flops=0.5,
+                           epochs=4, learning_rate=3e-3, batch_size=16, repeats=2, progress=False)
     by_name = {c.name: c for c in result.candidates}
     assert list(by_name) == ["original", "ptq", "prune_distill"]
     assert by_name["original"].speedup == 1.0 and by_name["original"].error == 0.0
@@ -106,6 +107,17 @@ def test_qat_with_distillation_converts_to_int8_and_keeps_close():
     assert not result.met and result.chosen == "original" and result.program is prog
     assert not any(op.type == "fake_quantize" for op in qat.program.walk())  # converted
     assert qat.error < 0.1
+
+
+def test_pruning_takes_the_flops_the_target_asks_unless_told():
+    prog = digits_program()
+    x = pj.data.Digits("train").arrays()[0][:40]
+    result = auto_compress(prog, [x], target_speedup=2.0, strategies=("prune_distill",), epochs=0, batch_size=8,
+                           repeats=1, progress=False)
+    removed = 1 - analysis.flops(result.candidates[1].program, {"b": 1}) / analysis.flops(prog, {"b": 1})
+    assert 0.5 <= removed < 0.6  # 1 - 1/2 of the FLOPs
+    with pytest.raises(ValueError, match="prune_flops is the fraction"):
+        auto_compress(prog, [x], strategies=("prune_distill",), prune_flops=1.0)
 
 
 def test_unknown_strategies_and_holdouts_are_refused():
