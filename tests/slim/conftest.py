@@ -34,3 +34,13 @@ def digits():
     calib = [x_train[i:i + 32] for i in range(0, 256, 32)]
     return types.SimpleNamespace(model=model, program=program, calib=calib, x_train=x_train, y_train=y_train,
                                  x_test=x_test, y_test=y_test)
+
+
+@pytest.fixture(scope="session")
+def untrained_digits():
+    """The digits CNN's eval program with its seeded initial weights: for tests that read a real
+    conv-BN network's structure without needing accuracy (do not modify it)."""
+    pj.nn.seed(0)
+    model = DigitsCNN()
+    model.eval()
+    return pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))

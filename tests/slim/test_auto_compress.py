@@ -5,7 +5,6 @@ import pytest
 
 import paddlejax as pj
 from paddlejax import analysis
-from paddlejax.models.digits import DigitsCNN
 from paddlejax.slim.auto_compress import Candidate, auto_compress, choose, load_samples
 from paddlejax.slim.pruning import prune
 
@@ -64,20 +63,14 @@ def test_the_least_drift_among_fast_enough_candidates_wins_top1_changes_first():
     assert choose(cs, 2.5).name == "original"
 
 
-def digits_program():
-    pj.nn.seed(0)
-    model = DigitsCNN()
-    model.eval()
-    return pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
-
 
 def drift(program, reference, x):
     got, ref = np.asarray(program(x), np.float64), np.asarray(reference(x), np.float64)
     return np.linalg.norm(got - ref) / np.linalg.norm(ref)
 
 
-def test_candidates_are_measured_and_distillation_pulls_the_pruned_program_back(tmp_path):
-    prog = digits_program()
+def test_candidates_are_measured_and_distillation_pulls_the_pruned_program_back(untrained_digits, tmp_path):
+    prog = untrained_digits
     x = pj.data.Digits("train").arrays()[0][:160]
     result = auto_compress(prog, [x], target_speedup=0.01, strategies=("ptq", "prune_distill"), prune_flops=0.5,
                            epochs=4, learning_rate=3e-3, batch_size=16, repeats=2, progress=False)
@@ -98,8 +91,8 @@ def test_candidates_are_measured_and_distillation_pulls_the_pruned_program_back(
 
 
 @pytest.mark.slow
-def test_qat_with_distillation_converts_to_int8_and_keeps_close():
-    prog = digits_program()
+def test_qat_with_distillation_converts_to_int8_and_keeps_close(untrained_digits):
+    prog = untrained_digits
     x = pj.data.Digits("train").arrays()[0][:96]
     result = auto_compress(prog, [x], target_speedup=100.0, strategies=("qat_distill",), epochs=1,
                            learning_rate=1e-4, batch_size=16, repeats=2, progress=False)
@@ -109,8 +102,8 @@ def test_qat_with_distillation_converts_to_int8_and_keeps_close():
     assert qat.error < 0.1
 
 
-def test_pruning_takes_the_flops_the_target_asks_unless_told():
-    prog = digits_program()
+def test_pruning_takes_the_flops_the_target_asks_unless_told(untrained_digits):
+    prog = untrained_digits
     x = pj.data.Digits("train").arrays()[0][:40]
     result = auto_compress(prog, [x], target_speedup=2.0, strategies=("prune_distill",), epochs=0, batch_size=8,
                            repeats=1, progress=False)

@@ -5,7 +5,6 @@ import pytest
 
 import paddlejax as pj
 from paddlejax import analysis
-from paddlejax.models.digits import DigitsCNN
 from paddlejax.slim.auto_compress import compress_with_config
 from paddlejax.slim.compress_config import feature, fidelity, read_config
 
@@ -48,15 +47,9 @@ def test_a_config_file_reads_with_light_nas_and_its_controller():
     assert strategy.options["target_flops"] == 1000 and strategy.options["search_steps"] == 4
 
 
-def digits_program():
-    pj.nn.seed(0)
-    model = DigitsCNN()
-    model.eval()
-    return pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
 
-
-def test_feature_maps_name_outputs_or_the_op_reading_a_parameter():
-    prog = digits_program()
+def test_feature_maps_name_outputs_or_the_op_reading_a_parameter(untrained_digits):
+    prog = untrained_digits
     assert feature(prog, "output") is prog.outputs[0]
     assert feature(prog, "features.3.weight").producer.type == "conv2d"
     assert feature(prog, "features.3.weight").producer.input("weight").producer.attrs["name"] == "features.3.weight"
@@ -74,16 +67,16 @@ def test_fidelity_is_top1_agreement_for_logits_else_one_minus_the_relative_error
 
 
 @pytest.fixture(scope="module")
-def digits():
-    return digits_program(), pj.data.Digits("train").arrays()[0][:80]
+def network_and_images(untrained_digits):
+    return untrained_digits, pj.data.Digits("train").arrays()[0][:80]
 
 
 def flops(prog):
     return analysis.flops(prog, {"b": 1})
 
 
-def test_sensitive_pruning_reaches_its_flops_target(digits, tmp_path):
-    prog, x = digits
+def test_sensitive_pruning_reaches_its_flops_target(network_and_images, tmp_path):
+    prog, x = network_and_images
     doc = config({"s": {"class": "SensitivePruneStrategy", "pruner": "pruner_1", "target_ratio": 0.3,
                         "delta_rate": 0.3, "sensitivities_file": str(tmp_path / "sens.json"),
                         "metric_name": "acc_top1"}})
@@ -92,8 +85,8 @@ def test_sensitive_pruning_reaches_its_flops_target(digits, tmp_path):
     assert (tmp_path / "sens.json").exists()  # resumable, as the pruning module's sensitivity() writes it
 
 
-def test_auto_pruning_with_the_sa_controllers_settings_then_fsp_distillation(digits):
-    prog, x = digits
+def test_auto_pruning_with_the_sa_controllers_settings_then_fsp_distillation(network_and_images):
+    prog, x = network_and_images
     doc = config({"auto": {"class": "AutoPruneStrategy", "pruner": "pruner_1", "controller": "sa",
                            "target_ratio": 0.4, "max_ratio": 0.6, "min_ratio": 0.1},
                   "distill": {"class": "DistillationStrategy", "distillers": ["fsp", "soft"]}},
@@ -116,8 +109,8 @@ def test_auto_pruning_with_the_sa_controllers_settings_then_fsp_distillation(dig
     assert [c.name for c in result.candidates] == ["original", "config"] and result.target_speedup is None
 
 
-def test_quantization_after_training_epochs_is_qat_else_ptq(digits):
-    prog, x = digits
+def test_quantization_after_training_epochs_is_qat_else_ptq(network_and_images):
+    prog, x = network_and_images
     ptq = compress_with_config(prog, [x], config({"q": {"class": "QuantizationStrategy"}}), batch_size=16, repeats=2,
                                progress=False)
     assert any(op.type == "quantized_conv2d" for op in ptq.program.walk())
@@ -129,8 +122,8 @@ def test_quantization_after_training_epochs_is_qat_else_ptq(digits):
     assert qat.candidates[1].error < 0.1
 
 
-def test_light_nas_is_refused_on_a_program_with_the_way_to_run_it(digits):
-    prog, x = digits
+def test_light_nas_is_refused_on_a_program_with_the_way_to_run_it(network_and_images):
+    prog, x = network_and_images
     doc = {"strategies": {"nas": {"class": "LightNASStrategy"}}, "compressor": {"strategies": ["nas"]}}
     with pytest.raises(ValueError, match="pj.slim.nas.light_nas"):
         compress_with_config(prog, [x], doc, progress=False)

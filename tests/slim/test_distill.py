@@ -7,7 +7,6 @@ import optax
 import pytest
 
 import paddlejax as pj
-from paddlejax.models.digits import DigitsCNN
 from paddlejax.slim.distill import (DistillLayer, distill_loss, fsp_loss, fsp_matrix, l2_loss, loss, merge,
                                     soft_label_loss)
 
@@ -88,12 +87,6 @@ def test_losses_refuse_values_of_other_programs_and_programs_not_merged():
         loss(lambda a: a, merged, a=teacher.outputs[0])
 
 
-def digits_teacher():
-    pj.nn.seed(0)
-    model = DigitsCNN()
-    model.eval()
-    return pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
-
 
 def small_student():
     pj.nn.seed(1)
@@ -101,8 +94,8 @@ def small_student():
     return pj.to_static(model, pj.InputSpec((None, 1, 8, 8)))
 
 
-def test_a_student_learns_a_batch_norm_teacher_and_the_teacher_does_not_move():
-    teacher, student = digits_teacher(), small_student()
+def test_a_student_learns_a_batch_norm_teacher_and_the_teacher_does_not_move(untrained_digits):
+    teacher, student = untrained_digits, small_student()
     merged = merge(teacher, student)
     soft_label_loss(teacher.outputs[0], student.outputs[0], merged, 2.0, 2.0)
     layer = DistillLayer(merged)
