@@ -198,3 +198,10 @@ def test_auto_compress_quick(tmp_path):
     accuracy = re.findall(r"^  (original|ptq|prune_distill)\s+(\d+\.\d\d)%  \(([+-]\d+\.\d\d) points\)", out, re.M)
     assert [a[0] for a in accuracy] == ["original", "ptq", "prune_distill"] and accuracy[0][2] == "+0.00", out
     assert (tmp_path / "act.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_distill_quick():
+    out = run_quick("distill.py", timeout=300)
+    results = dict(re.findall(r"^  (teacher|student alone|student distilled)\s+(\d+\.\d\d)%$", out, re.M))
+    assert list(results) == ["teacher", "student alone", "student distilled"] and float(results["teacher"]) == 100.0
+    assert re.search(r"^distillation: [+-]\d+\.\d\d points over the student alone \(T=2\)$", out, re.M), out
