@@ -3,11 +3,16 @@ classifier (the hub's ``minilm_bbc_news``) and from the labels, against the same
 initial weights, same data, same steps) trained on the labels alone. Held-out accuracy on the
 test split.
 
+Measured (2-core AMD EPYC, jax 0.10.2): 8 epochs, alone 95.06 % and distilled 93.48 %; 16 epochs,
+both 96.40 % (teacher 97.98 %). With every label available, the soft labels add nothing this
+student can use; distillation pays where labels are few (notebooks/08_compression.ipynb: 100
+labelled digits, 89.17 % alone, 94.44 % distilled).
+
 The teacher and the student are merged into one program (``pj.slim.merge``); the loss is the
 cross entropy on the labels plus ``soft_label_loss`` at temperature T, weighted by T^2
 (Hinton's scaling). Only the student's parameters train (``DistillLayer``).
 
-    python benchmarks/distill.py            # the full run (~10 minutes on 2 cores)
+    python benchmarks/distill.py            # the full run (~9 minutes on 2 cores; 16 minutes with --epochs 16)
     python benchmarks/distill.py --quick    # tiny random models and data: a smoke test
 """
 from __future__ import annotations
