@@ -175,8 +175,6 @@ def auto_compress(program: Program | str | os.PathLike, samples, target_speedup:
     ...
     ValueError: auto_compress: unknown strategies ['nas']; choose among ptq, prune_distill, qat_distill, prune_distill+ptq
     """
-    from paddlejax.io import load
-
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown or not strategies:
         raise ValueError(f"auto_compress: unknown strategies {unknown}; choose among {', '.join(STRATEGIES)}")
@@ -191,12 +189,8 @@ def auto_compress(program: Program | str | os.PathLike, samples, target_speedup:
         prune_flops = min(0.9, max(0.1, 1 - 1 / target_speedup))
     if not 0 < prune_flops < 1:
         raise ValueError(f"auto_compress: prune_flops is the fraction of FLOPs to remove, in (0, 1); got {prune_flops!r}")
-    original = program if isinstance(program, Program) else load(program)
-    arrays = load_samples(samples, original)
-    n = arrays[0].shape[0]
-    split = min(n - 1, max(1, int(round(n * (1 - holdout)))))
-    train, held = [a[:split] for a in arrays], [a[split:] for a in arrays]
-    work = _Work(original, train, held, batch_size, epochs, learning_rate, prune_flops, seed, progress)
+    work = _Work(program, samples, holdout, batch_size, epochs, learning_rate, prune_flops, seed, progress)
+    original = work.original
     candidates = [Candidate("original", original)]
     for name in strategies:
         start = time.perf_counter()
@@ -226,8 +220,14 @@ def choose(candidates: list[Candidate], target_speedup: float) -> Candidate:
 class _Work:
     """The strategies, sharing the original program, the sample split and the settings."""
 
-    def __init__(self, original, train, held, batch_size, epochs, learning_rate, prune_flops, seed, progress):
-        self.original, self.train, self.held = original, train, held
+    def __init__(self, program, samples, holdout, batch_size, epochs, learning_rate, prune_flops, seed, progress):
+        from paddlejax.io import load
+
+        self.original = program if isinstance(program, Program) else load(program)
+        arrays = load_samples(samples, self.original)
+        n = arrays[0].shape[0]
+        split = min(n - 1, max(1, int(round(n * (1 - holdout)))))  # the held-out rows never train or calibrate
+        self.train, self.held = [a[:split] for a in arrays], [a[split:] for a in arrays]
         self.batch_size, self.epochs, self.lr = batch_size, epochs, learning_rate
         self.prune_flops, self.seed, self.progress = prune_flops, seed, progress
         self.built: dict[str, Program] = {}
@@ -254,18 +254,18 @@ class _Work:
     def prune_distill_ptq(self) -> Program:
         return self.ptq(self.build("prune_distill"))
 
-    def qat_distill(self) -> Program:
+    def qat_distill(self, program: Program | None = None) -> Program:
         from paddlejax.slim.quant import calibrate, convert, quant_aware
 
-        fake = quant_aware(self.original)
+        program = program or self.original
+        fake = quant_aware(program)
         calibrate(fake, self.calibration(), "hist", progress=self.progress)
         # the scales stay as calibrated: the weights learn around them (straight-through gradients)
-        return convert(self.distill(fake, frozen=set(fake.params) - set(self.original.params)))
+        return convert(self.distill(fake, frozen=set(fake.params) - set(program.params)))
 
     def distill(self, student: Program, frozen=(), distillers: Sequence[dict] = ()) -> Program:
         """``student`` trained to reproduce the original on the training samples: its outputs
         (mean squared difference), or what ``distillers`` (PaddleSlim 1.x entries) pair up."""
-        import jax
         import optax
 
         import paddlejax as pj
@@ -288,7 +288,6 @@ class _Work:
                              grad_clip=1.0, progress=self.progress)
         trainer.fit((*self.train, np.zeros(rows, np.int32)), epochs=self.epochs, batch_size=self.batch_size,
                     seed=self.seed)
-        jax.block_until_ready(layer.params)
         return layer.student()
 
     def measure(self, candidates: list[Candidate], repeats: int) -> None:
@@ -354,20 +353,15 @@ def compress_with_config(program: Program | str | os.PathLike, samples, config, 
     >>> result.chosen, result.candidates[1].error < 0.05
     ('config', True)
     """
-    from paddlejax.io import load
     from paddlejax.slim.compress_config import fidelity, read_config
 
     plan = read_config(config)
-    original = program if isinstance(program, Program) else load(program)
-    arrays = load_samples(samples, original)
-    n = arrays[0].shape[0]
-    split = min(n - 1, max(1, int(round(n * (1 - holdout)))))
-    train, held = [a[:split] for a in arrays], [a[split:] for a in arrays]
-    work = _Work(original, train, held, batch_size, plan.epochs, learning_rate, 0.5, seed, progress)
-    reference = _outputs(original, held, batch_size)
+    work = _Work(program, samples, holdout, batch_size, plan.epochs, learning_rate, 0.5, seed, progress)
+    original = work.original
+    reference = _outputs(original, work.held, batch_size)
 
     def metric(candidate: Program) -> float:
-        return fidelity(reference, _outputs(candidate, held, batch_size))
+        return fidelity(reference, _outputs(candidate, work.held, batch_size))
 
     current, distillers, quantization, pruned = original, [], None, False
     for strategy in plan.strategies:
@@ -378,11 +372,7 @@ def compress_with_config(program: Program | str | os.PathLike, samples, config, 
         current = work.distill(current, distillers=distillers)
     if quantization is not None:
         if quantization["train"] and plan.epochs > 0:
-            from paddlejax.slim.quant import calibrate, convert, quant_aware
-
-            fake = quant_aware(current)
-            calibrate(fake, work.calibration(), "hist", progress=progress)
-            current = convert(work.distill(fake, frozen=set(fake.params) - set(current.params)))
+            current = work.qat_distill(current)
         else:
             current = work.ptq(current)
     candidates = [Candidate("original", original), Candidate("config", current)]
