@@ -100,7 +100,7 @@ def jax_train_step(graphdef, tx, dtype):
     def step(params, opt_state, rest, inputs, labels):
         def loss_fn(params):
             model = nnx.merge(graphdef, cast(params, dtype), cast(rest, None))
-            loss = ops.cross_entropy(model(*inputs), labels)
+            loss = ops.cross_entropy(model(*cast(inputs, dtype)), labels)
             return loss, nnx.split(model, nnx.Param, ...)[2]
 
         (loss, rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)

@@ -275,6 +275,24 @@ class Trainer:
         self.state, _, loss, _ = self._run_step(self._zero_sums(inputs, labels), inputs, labels)
         return float(loss)
 
+    def compiled_step(self, inputs: Sequence, labels):
+        """The training step as XLA compiles it for batches shaped like ``inputs`` and
+        ``labels`` (a ``jax.stages.Compiled``): read its ``memory_analysis()``,
+        ``cost_analysis()`` or ``as_text()``. Trains nothing; builds the trainer if needed.
+
+        >>> import optax, paddlejax as pj
+        >>> from flax import nnx
+        >>> trainer = pj.Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1), progress=False)
+        >>> step = trainer.compiled_step([np.ones((8, 4), "float32")], np.zeros(8, "int32"))
+        >>> step.memory_analysis().temp_size_in_bytes >= 0, trainer.step
+        (True, 0)
+        """
+        inputs = tuple(inputs)
+        self._build(inputs)
+        sums = self._zero_sums(inputs, labels)
+        inputs, labels = self.step_builder.place(inputs, labels)
+        return self._train_step.lower(self.state, sums, inputs, labels).compile()
+
     def _run_step(self, sums, inputs, labels):
         before = self.state
         inputs, labels = self.step_builder.place(inputs, labels)

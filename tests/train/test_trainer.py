@@ -77,12 +77,23 @@ def test_the_train_step_donates_its_state_so_xla_updates_it_in_place():
     t = trainer(optimizer=optax.sgd(0.1, momentum=0.9))
     t.train_batch([x], y)
     old = jax.tree.leaves(t.state)
-    sums = t._zero_sums((x,), y)
-    compiled = t._train_step.lower(t.state, sums, (x,), y).compile()
+    compiled = t.compiled_step([x], y)
     state_bytes = sum(a.nbytes for a in old)
     assert compiled.memory_analysis().alias_size_in_bytes == state_bytes  # every state buffer reused
     t.train_batch([x], y)
     assert all(a.is_deleted() for a in old)  # the previous step's state was consumed, not copied
+
+
+def test_compiled_step_is_the_step_train_batch_runs_and_trains_nothing():
+    x, y = blobs(64)
+    plain, remat = (trainer(strategy=pj.distributed.Strategy(recompute=r)) for r in (False, True))
+    for t in (plain, remat):
+        compiled = t.compiled_step([x], y)
+        assert t.step == 0
+        assert compiled.memory_analysis().temp_size_in_bytes > 0
+        assert compiled.cost_analysis()  # XLA's FLOP and byte counts
+    assert plain.train_batch([x], y) == pytest.approx(remat.train_batch([x], y), rel=1e-6)
+    assert plain.step == 1
 
 
 def test_gradient_accumulation_applies_the_mean_of_the_micro_batches_gradients():
