@@ -16,7 +16,8 @@ skipped, so a run always ends with its table.
    float32 product of the unquantized operands.
 2. **Attention** at BERT-base shapes (batch 32, 512 tokens, 12 heads of 64), bf16, forward and
    backward: the ``scaled_dot_product_attention`` op with ``implementation`` None (written out
-   with a float32 softmax, fused by XLA), ``"xla"`` and ``"cudnn"`` (cuDNN's flash attention).
+   with a float32 softmax, fused by XLA), ``"xla"`` and ``"cudnn"`` (cuDNN's flash attention),
+   and cuDNN with a padding mask (boolean, ``[batch, 1, 1, keys]``, the last eighth masked).
 3. **ResNet-50 training**, 224x224, batch 256, SGD with momentum, bf16 AMP, through
    ``Trainer.train_batch``: images/s (target >= 3,000), beside the same step written by hand
    under ``jax.jit``.
@@ -24,14 +25,17 @@ skipped, so a run always ends with its table.
    dropout 0 (so that attention is the fused op): tokens/s and model FLOPs utilisation, with
    ``6 N + 12 L s h`` FLOPs per token (N: the weights that multiply, L layers, s tokens, h
    hidden) against the data sheet's dense bf16 peak (target >= 50 %); XLA's own FLOP count of
-   the compiled step beside it.
-5. **Remat**: the BERT-base step with ``Strategy(recompute=True)`` against
-   ``Strategy(recompute=False)``: XLA's temp bytes (what the backward pass keeps) and step time.
+   the compiled step beside it; with the default attention kernel and with
+   ``fuse_attention{implementation=cudnn}``.
+5. **Remat**: the BERT-base step with ``Strategy(recompute=True)`` (checkpoint segments the
+   ``remat`` pass plans) against ``Strategy(recompute=False)``: XLA's temp bytes (what the
+   backward pass keeps) and step time.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 import traceback
@@ -97,25 +101,27 @@ def gemm(table: Table, n: int, warmup: int, repeats: int) -> None:
     a8 = jnp.round(a / a_scale * 127).astype(jnp.int8)
     b8 = jnp.round(b / b_scale * 127).astype(jnp.int8)
     a_f8, b_f8 = a.astype(jnp.float8_e4m3fn), b.astype(jnp.float8_e4m3fn)
-    b_fp8_scale = b_scale
     b_fp8 = (b / b_scale * 448).astype(jnp.float8_e4m3fn)
     a16, b16 = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
     dot = lambda out: jax.jit(lambda x, y: jax.lax.dot(x, y, preferred_element_type=out))  # noqa: E731
-    runs = {  # name: (call, how its output maps back to a @ b)
-        "bf16 x bf16 -> bf16": (lambda f=dot(jnp.bfloat16): f(a16, b16), lambda o: o),
-        "int8 x int8 -> int32 (lax.dot)": (lambda f=dot(jnp.int32): f(a8, b8),
-                                           lambda o: o * (a_scale * b_scale / 127 ** 2)),
-        "fp8 e4m3 x e4m3 -> bf16 (lax.dot)": (lambda f=dot(jnp.bfloat16): f(a_f8, b_f8), lambda o: o),
-        "quantized_linear op (int8)": (lambda f=jax.jit(lambda *xs: ops.quantized_linear(*xs)):
-                                       f(a8, b8, a_scale, b_scale), lambda o: o),
-        "fp8_linear op (bf16 in and out)": (lambda f=jax.jit(lambda *xs: ops.fp8_linear(*xs)):
-                                            f(a16, b_fp8, b_fp8_scale), lambda o: o),
+    runs = {  # name: (jitted function, its arguments, how its output maps back to a @ b)
+        "bf16 x bf16 -> bf16": (dot(jnp.bfloat16), (a16, b16), lambda o: o),
+        "int8 x int8 -> int32 (lax.dot)": (dot(jnp.int32), (a8, b8), lambda o: o * (a_scale * b_scale / 127 ** 2)),
+        "fp8 e4m3 x e4m3 -> bf16 (lax.dot)": (dot(jnp.bfloat16), (a_f8, b_f8), lambda o: o),
+        "quantized_linear op (int8)": (jax.jit(lambda *xs: ops.quantized_linear(*xs)), (a8, b8, a_scale, b_scale),
+                                       lambda o: o),
+        "fp8_linear op (bf16 in and out)": (jax.jit(lambda *xs: ops.fp8_linear(*xs)), (a16, b_fp8, b_scale),
+                                            lambda o: o),
     }
-    working, errors = {}, {}
-    for name, (call, back) in runs.items():
+    working, notes = {}, {}
+    for name, (fn, args, back) in runs.items():
         try:
-            errors[name] = rel_error(back(call()), reference)
-            working[name] = call
+            error = rel_error(back(fn(*args)), reference)
+            # the library call XLA chose (a cuBLAS(Lt) custom call on GPUs), else its own fusion
+            text = fn.lower(*args).compile().as_text()
+            kernels = sorted(set(re.findall(r'custom_call_target="([^"]+)"', text))) or ["XLA fusion"]
+            notes[name] = f"rel. error {error:.1e}; {', '.join(kernels)}"
+            working[name] = lambda fn=fn, args=args: fn(*args)
         except Exception as e:  # an operand type this backend's dot cannot take
             table.add(section, name, None, note=f"n/a: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
     ms = alternate(working, warmup, repeats)
@@ -123,7 +129,7 @@ def gemm(table: Table, n: int, warmup: int, repeats: int) -> None:
     for name, t in ms.items():
         unit = "TOP/s" if "int8" in name else "TFLOP/s"
         vs = f"{base / t:.2f}x bf16" if base else ""
-        table.add(section, name, 2 * n ** 3 / (t / 1e3) / 1e12, unit, vs, f"{t:.3f} ms; rel. error {errors[name]:.1e}")
+        table.add(section, name, 2 * n ** 3 / (t / 1e3) / 1e12, unit, vs, f"{t:.3f} ms; {notes[name]}")
 
 
 # -- 2. attention -------------------------------------------------------------------------------------
@@ -132,12 +138,14 @@ def attention(table: Table, batch: int, seq: int, heads: int, dim: int, warmup: 
     section = f"attention fwd+bwd {batch}x{seq}x{heads}x{dim} bf16"
     q, k, v = (jax.random.normal(key, (batch, seq, heads, dim), jnp.bfloat16)
                for key in jax.random.split(jax.random.key(1), 3))
+    keep = jnp.broadcast_to(jnp.arange(seq) < seq - seq // 8, (batch, 1, 1, seq))
     runs, outputs = {}, {}
-    for impl in (None, "xla", "cudnn"):
-        name = f"implementation={impl}"
+    for impl, mask in ((None, None), ("xla", None), ("cudnn", None), (None, keep), ("cudnn", keep)):
+        name = f"implementation={impl}" + (", padding mask" if mask is not None else "")
         try:
-            def loss(q, k, v, impl=impl):
-                return jnp.mean(ops.scaled_dot_product_attention(q, k, v, implementation=impl).astype(jnp.float32) ** 2)
+            def loss(q, k, v, impl=impl, mask=mask):
+                out = ops.scaled_dot_product_attention(q, k, v, mask, implementation=impl)
+                return jnp.mean(out.astype(jnp.float32) ** 2)
 
             step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
             outputs[name] = step(q, k, v)
@@ -147,8 +155,9 @@ def attention(table: Table, batch: int, seq: int, heads: int, dim: int, warmup: 
     ms = alternate(runs, warmup, repeats)
     flop = 3 * 4 * batch * heads * seq * seq * dim  # two matmuls forward, twice that backward
     base = ms.get("implementation=None")
-    reference = outputs.get("implementation=None")
     for name, t in ms.items():
+        reference = outputs[name.replace("implementation=cudnn", "implementation=None")
+                            .replace("implementation=xla", "implementation=None")]
         err = rel_error(outputs[name][1][0].astype(jnp.float32), reference[1][0].astype(jnp.float32))
         table.add(section, name, t, "ms", f"{base / t:.2f}x written-out" if base else "",
                   f"{flop / (t / 1e3) / 1e12:.3g} TFLOP/s; dq rel. diff {err:.1e}")
@@ -158,41 +167,47 @@ def attention(table: Table, batch: int, seq: int, heads: int, dim: int, warmup: 
 
 def train(table: Table, section: str, build, inputs: tuple, labels, items: int, unit: str, warmup: int,
           repeats: int, model_flops: float | None = None, peak: float | None = None, dense: float | None = None,
-          reference: bool = True) -> dict:
-    """Trainer.train_batch (bf16 AMP, SGD momentum) beside a hand-written jax.jit step."""
+          variants: dict | None = None) -> None:
+    """Trainer.train_batch (bf16 AMP, SGD momentum), and with each of ``variants`` (label: its
+    ``passes``), beside a hand-written jax.jit step."""
     tx = optax.sgd(0.01, momentum=0.9)
-    nn.seed(0)
-    trainer = pj.Trainer(build(), tx, amp="bf16", progress=False)
-    start = time.perf_counter()
-    compiled = trainer.compiled_step(inputs, labels)
-    compile_s = time.perf_counter() - start
-    cost = compiled.cost_analysis()
-    xla_flops = float((cost[0] if isinstance(cost, (list, tuple)) else cost).get("flops", 0.0))
-    runs = {"Trainer": lambda: trainer.train_batch(inputs, labels)}
-    if reference:
+    runs, compiled = {}, {}
+    for label, passes in {"Trainer": (), **(variants or {})}.items():
         nn.seed(0)
-        graphdef, params, rest = nnx.split(build(), nnx.Param, ...)
-        step = jax.jit(jax_train_step(graphdef, tx, jnp.bfloat16), donate_argnums=(0, 1, 2))
-        carry = [params, tx.init(params), rest]
+        try:
+            trainer = pj.Trainer(build(), tx, amp="bf16", progress=False, passes=passes)
+            start = time.perf_counter()
+            executable = trainer.compiled_step(inputs, labels)
+        except Exception as e:
+            table.add(section, label, None, note=f"n/a: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        cost = executable.cost_analysis()
+        compiled[label] = (time.perf_counter() - start, float((cost[0] if isinstance(cost, (list, tuple))
+                                                               else cost).get("flops", 0.0)))
+        runs[label] = lambda t=trainer: t.train_batch(inputs, labels)
+    nn.seed(0)
+    graphdef, params, rest = nnx.split(build(), nnx.Param, ...)
+    step = jax.jit(jax_train_step(graphdef, tx, jnp.bfloat16), donate_argnums=(0, 1, 2))
+    carry = [params, tx.init(params), rest]
 
-        def reference_step():
-            *state, loss = step(*carry, inputs, labels)
-            carry[:] = state
-            return loss
+    def reference_step():
+        *state, loss = step(*carry, inputs, labels)
+        carry[:] = state
+        return loss
 
-        runs["jax.jit by hand"] = reference_step
+    runs["jax.jit by hand"] = reference_step
     ms = alternate(runs, warmup, repeats)
     for name, t in ms.items():
-        vs = f"{t / ms['jax.jit by hand']:.3f}x hand-written" if reference and name == "Trainer" else ""
+        vs = f"{t / ms['jax.jit by hand']:.3f}x hand-written" if name in compiled else ""
         note = f"{t:.1f} ms/step"
-        if name == "Trainer":
+        if name in compiled:
+            compile_s, xla_flops = compiled[name]
             note += f"; compile {compile_s:.0f} s; XLA {xla_flops / (t / 1e3) / 1e12:.3g} TFLOP/s"
             if model_flops:
                 achieved = model_flops / (t / 1e3)
                 note += f"; model {achieved / 1e12:.3g} TFLOP/s"
                 note += f", MFU {achieved / peak:.1%}" if peak else f", {achieved / dense:.1%} of the measured matmul"
         table.add(section, name, items / (t / 1e3), unit, vs, note)
-    return {"ms": ms, "memory": compiled.memory_analysis()}
 
 
 def resnet(table: Table, quick: bool, batch: int, image: int, warmup: int, repeats: int) -> None:
@@ -228,7 +243,8 @@ def bert(table: Table, quick: bool, batch: int, seq: int, warmup: int, repeats: 
     build = lambda: BertForSequenceClassification(config, num_classes=2)  # noqa: E731
     model_flops = bert_flops(nnx.eval_shape(build), config, batch * seq, seq)
     train(table, f"BERT{'-tiny' if quick else '-base'} train s{seq} b{batch} bf16", build, (ids,), labels,
-          batch * seq, "tokens/s", warmup, repeats, model_flops, peak, dense)
+          batch * seq, "tokens/s", warmup, repeats, model_flops, peak, dense,
+          variants={"Trainer, cuDNN attention": "fuse_attention{implementation=cudnn}"})
 
 
 def remat(table: Table, quick: bool, batch: int, seq: int, warmup: int, repeats: int) -> None:

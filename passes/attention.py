@@ -20,9 +20,12 @@ kernel computes in at least float32): about 1e-5 relative in float32. A boolean 
 logits become ``-0.7 * finfo.max`` instead of ``-big``, which changes nothing except rows with
 every key masked: they average all values, where ``-inf`` would have given NaN.
 
-``implementation`` (None, ``"xla"`` or ``"cudnn"``) is set on the fused ops; with ``"cudnn"``
-it is set only where cuDNN supports the match (float16/bfloat16, head_dim a multiple of 8 up
-to 128) and the others get None. Asking for ``"cudnn"`` without a GPU is a ValueError.
+``implementation`` (None, ``"xla"`` or ``"cudnn"``) is set on the fused ops, and on the
+``scaled_dot_product_attention`` ops that had none (``nn.MultiHeadAttention`` records the op
+itself): ``fuse_attention{implementation=cudnn}`` puts all attention on cuDNN's fused kernel
+wherever its inputs fit, the float32 ones included that ``amp`` casts to bf16 later (the op
+falls back to XLA's kernel where they do not). Asking for ``"cudnn"`` without a GPU is a
+ValueError.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> from paddlejax import ops
@@ -173,15 +176,11 @@ class _FuseAttention(RewritePattern):
         shape, full = mask.type.shape, logits.type.shape
         return 1 <= len(shape) <= 4 and all(m in (1, f) for m, f in zip(shape[::-1], full[::-1]))
 
-    def _cudnn_fits(self, q: Value) -> bool:
-        return q.type.dtype in ("float16", "bfloat16") and q.type.shape[-1] % 8 == 0 and q.type.shape[-1] <= 128
-
     def _rewrite(self, rewriter: Rewriter, root: Op, chain: list[Op], q: Value, k: Value, k_perm: tuple[int, ...],
                  v: Value, mask: Value | None, scale: float) -> None:
-        impl = self.implementation if self.implementation != "cudnn" or self._cudnn_fits(q) else None
         qs, ks, vs = (_transposed(rewriter, root, x, perm) for x, perm in ((q, _HEADS_SEQ), (k, k_perm),
                                                                              (v, _HEADS_SEQ)))
-        attrs = scaled_dot_product_attention.check_attrs({"scale": scale, "implementation": impl})
+        attrs = scaled_dot_product_attention.check_attrs({"scale": scale, "implementation": self.implementation})
         fused = rewriter.insert_before(root, Op("scaled_dot_product_attention",
                                                 [qs, ks, vs] + ([mask] if mask is not None else []),
                                                 [qs.type], attrs, loc=root.loc))
@@ -197,6 +196,23 @@ class _FuseAttention(RewritePattern):
             op = x.producer
             if transpose_perm(op) is not None and not x.uses:
                 rewriter.erase_op(op)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChooseKernel(RewritePattern):
+    """An attention op with no ``implementation`` gets the pass's."""
+
+    implementation: str
+
+    @property
+    def label(self) -> str:
+        return "kernel"
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        if op.type != "scaled_dot_product_attention" or op.attrs.get("implementation") is not None:
+            return False
+        rewriter.set_attr(op, "implementation", self.implementation)
+        return True
 
 
 @register_pass
@@ -220,4 +236,5 @@ class FuseAttention(PatternPass):
 
     def patterns(self) -> list[RewritePattern]:
         require_implementation(self.implementation)
-        return [_FuseAttention(self.implementation)]
+        chosen = [_ChooseKernel(self.implementation)] if self.implementation else []
+        return [_FuseAttention(self.implementation), *chosen]

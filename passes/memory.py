@@ -14,9 +14,9 @@ The plan is an analysis result, not op attributes: XLA assigns buffers itself, s
 on the ops would change the printed program and every saved file without changing what runs.
 The pass reports the plan in its statistics and leaves it in ``ctx.cache["inplace_plan"]``.
 
-**Remat** (pass ``remat{budget=BYTES}``): marks segments of consecutive ops with
-``remat_segment=k``; lowering runs each segment in one ``jax.checkpoint``. See :class:`Remat`
-for the memory model it plans with.
+**Remat** (pass ``remat{budget=BYTES}``, or ``remat`` for the plan that keeps the least): marks
+segments of consecutive ops with ``remat_segment=k``; lowering runs each segment in one
+``jax.checkpoint``. See :class:`Remat` for the memory model it plans with.
 
 >>> import jax.numpy as jnp, paddlejax as pj
 >>> prog = pj.trace(lambda x: jnp.tanh(jnp.concatenate([x, x])) * 2.0, pj.InputSpec((None, 256)))
@@ -426,7 +426,8 @@ class Remat(Pass):
     scan body, where the marks are honoured per iteration -- into segments of ``L`` ops (Chen et
     al.'s sqrt(n) checkpointing) and takes the smallest ``L`` whose stored size fits; if the
     program (with the marks it has) already fits, nothing changes. A budget no segment length
-    meets is an error that gives the smallest size found. ``sizes`` gives symbolic sizes as in
+    meets is an error that gives the smallest size found. Without a budget (``budget=0``, the
+    default, what ``Strategy(recompute=True)`` runs) it takes the ``L`` that stores the least. ``sizes`` gives symbolic sizes as in
     ``inplace``. Recomputation does not change values: the tolerance is 0. XLA adds the backward
     pass's own temporaries to the kept bytes, so its temp figure is somewhat above the estimate.
     """
@@ -436,26 +437,34 @@ class Remat(Pass):
     sizes: str = ""
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
-        if self.budget <= 0:
-            raise ValueError(f"remat: budget expects a positive number of bytes, got {self.budget}")
+        if self.budget < 0:
+            raise ValueError(f"remat: budget expects a number of bytes >= 0 (0: keep the least), got {self.budget}")
         sizes = parse_sizes(self.sizes)
         before = stored_bytes(program, sizes)
         if before <= self.budget:
             return PassResult(False, {"segments": 0, "stored_bytes": before})
         runs = _runs(program.body)
         longest = max((sum(op.type not in _PERSISTENT for op in r) for r in runs), default=0)
-        best = before
+        best, best_segments = before, None
         for length in range(2, longest + 1):
             segments = _chunked(runs, length)
             stored = stored_bytes(program, sizes, segments)
-            best = min(best, stored)
-            if stored <= self.budget:
-                rewriter = Rewriter(program)
-                for op in program.walk():
-                    if op in segments:
-                        rewriter.set_attr(op, REMAT_ATTR, segments[op])
-                    else:
-                        rewriter.remove_attr(op, REMAT_ATTR)
-                return PassResult(True, {"segments": len(set(segments.values())), "stored_bytes": stored})
+            if stored < best:
+                best, best_segments = stored, segments
+            if self.budget and stored <= self.budget:
+                return self._mark(program, segments, stored)
+        if not self.budget:
+            return self._mark(program, best_segments, best) if best_segments else \
+                PassResult(False, {"segments": 0, "stored_bytes": before})
         raise ValueError(f"remat: budget {self.budget} B cannot be met; the smallest stored size "
                          f"found is {best} B (without remat: {before} B)")
+
+    @staticmethod
+    def _mark(program: Program, segments: dict[Op, int], stored: int) -> PassResult:
+        rewriter = Rewriter(program)
+        for op in program.walk():
+            if op in segments:
+                rewriter.set_attr(op, REMAT_ATTR, segments[op])
+            else:
+                rewriter.remove_attr(op, REMAT_ATTR)
+        return PassResult(True, {"segments": len(set(segments.values())), "stored_bytes": stored})

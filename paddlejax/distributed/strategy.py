@@ -114,7 +114,9 @@ class Strategy:
 
     Args:
         amp: mixed precision, ``"bf16"`` or ``"fp16"`` (with dynamic loss scaling), or None.
-        recompute: rematerialise the forward pass in the backward pass (``jax.checkpoint``).
+        recompute: rematerialise the forward pass in the backward pass: the ``remat`` pass cuts
+            the training program into the ``jax.checkpoint`` segments that keep the least
+            (pipeline stages recompute their whole forward pass).
         gradient_merge: :class:`GradientMerge` (k_steps, avg).
         fuse_all_reduce: pack gradients into buckets of at most ``fuse_grad_size_in_MB``
             megabytes and all-reduce each bucket with one collective (Paddle's default 32 MB);

@@ -184,8 +184,7 @@ class Trainer:
         extra = {n: v for n, v in values.items() if n not in trainable}
         self.state = TrainState.create(params, extra, opt, merge, ema=bool(self.ema_decay),
                                        loss_scale=LossScale.dynamic() if self.amp == "float16" else None)
-        recompute = self.strategy is not None and self.strategy.recompute
-        self._objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics), recompute)
+        self._objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics))
         self._train_step = self.step_builder.train_step(self._objective, self.tx, self.ema_decay,
                                                         donate=not self.check)
         self._eval_step = jax.jit(self._evaluate_batch)
@@ -194,6 +193,11 @@ class Trainer:
     def _static(self, train: bool, model=None, amp: bool = True) -> Program:
         prog = to_static(self.model if model is None else model, *self.specs, train=train)
         passes = self.passes + ([f"amp{{dtype={self.amp}}}"] if self.amp and amp else [])
+        # recompute in segments: one jax.checkpoint around the whole forward pass would hold
+        # every activation again at once while it is recomputed, saving nothing at the peak
+        # (pipeline stages recompute their own forward pass)
+        recompute = self.strategy is not None and self.strategy.recompute and self.pipeline is None
+        passes += ["remat"] if train and recompute else []
         if not passes:
             return prog
         from paddlejax.passes import PassManager

@@ -156,6 +156,31 @@ def test_implementation_option_is_set_on_the_fused_op():
     assert_same_function(prog, fused)
 
 
+def test_implementation_option_is_set_on_attention_already_fused():
+    nn.seed(0)
+    mha = nn.MultiHeadAttention(8, 2)
+    mha.eval()
+    prog = pj.trace(mha, jax.ShapeDtypeStruct((2, 5, 8), jnp.float32))
+    pm = pj.passes.PassManager("fuse_attention{implementation=xla}")
+    out = pm.run(prog)
+    (sdpa,) = [op for op in out.walk() if op.type == "scaled_dot_product_attention"]
+    assert sdpa.attrs["implementation"] == "xla" and pm.records[0].stats == {"kernel": 1}
+    assert_same_function(prog, out)
+    again = pj.passes.PassManager("fuse_attention{implementation=xla}")
+    again.run(out)
+    assert not again.records[0].changed  # an op that has a kernel keeps it
+
+
+def test_cudnn_takes_xlas_kernel_where_its_inputs_do_not_fit(monkeypatch):
+    # a float32 program marked for cuDNN before amp casts it: the f32 op still runs (XLA's kernel)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    prog = pj.trace(paddle_attention, BSHD, BSHD, BSHD, FLOAT_MASK)
+    fused = pj.passes.run(prog, "fuse_attention{implementation=cudnn}")
+    (sdpa,) = [op for op in fused.walk() if op.type == "scaled_dot_product_attention"]
+    assert sdpa.attrs["implementation"] == "cudnn"
+    assert_same_function(prog, fused)
+
+
 def test_cudnn_without_a_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     prog = pj.trace(paddle_attention, BSHD, BSHD, BSHD, FLOAT_MASK)

@@ -113,6 +113,15 @@ def test_remat_marks_survive_save_and_load(prog, tmp_path):
     np.testing.assert_array_equal(loaded(x), prog(x))
 
 
+def test_remat_without_a_budget_keeps_the_least(prog):
+    pm = pj.passes.PassManager("remat{sizes=b=8}")
+    out = pm.run(prog)
+    assert stored_bytes(out, {"b": 8}) == SMALLEST
+    assert pm.records[0].stats == {"segments": 2, "stored_bytes": SMALLEST}
+    with pytest.raises(pj.passes.PassError, match="budget expects a number of bytes >= 0"):
+        pj.passes.run(prog, "remat{budget=-1}")
+
+
 def test_remat_with_a_budget_already_met_changes_nothing(prog):
     pm = pj.passes.PassManager(f"remat{{budget={STORED},sizes=b=8}}")
     out = pm.run(prog)

@@ -34,8 +34,8 @@ from paddlejax.train.state import TrainState
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """What a training step optimises and measures: the captured training ``program``
-    (``apply(values, *inputs) -> (outputs, state updates)``), ``loss_fn(outputs, labels)``, the
-    metrics, and whether the forward pass is recomputed in the backward one (``recompute``).
+    (``apply(values, *inputs) -> (outputs, state updates)``), ``loss_fn(outputs, labels)`` and
+    the metrics. Recomputation is planned on the program (the ``remat`` pass marks segments).
 
     >>> import jax.numpy as jnp
     >>> class Doubling:  # stands for a Program
@@ -49,14 +49,11 @@ class Objective:
     program: Program
     loss_fn: Callable
     metrics: tuple = ()
-    recompute: bool = False
 
     def gradients(self, params, extra, scale: LossScale, inputs, labels):
         """Gradients of the loss times ``scale`` for ``params``, and (loss, outputs, state updates)."""
-        apply = jax.checkpoint(self.program.apply) if self.recompute else self.program.apply
-
         def objective(params):
-            outputs, updates = apply({**params, **extra}, *inputs)
+            outputs, updates = self.program.apply({**params, **extra}, *inputs)
             loss = self.loss_fn(outputs, labels).astype(jnp.float32)
             return loss * scale.scale, (loss, outputs, updates)
 
