@@ -275,6 +275,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (smoke test on any device)")
     p.add_argument("--budget", type=float, default=540, help="seconds; sections that would start later are skipped")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    p.add_argument("--sections", default="gemm,attention,resnet,bert,remat",
+                   help="comma-separated sections to run (default: all)")
     args = p.parse_args(argv)
     quick = args.quick
     start = time.perf_counter()
@@ -296,6 +298,8 @@ def main(argv=None) -> int:
         ("remat", 120, lambda: remat(table, quick, *((4, 32) if quick else (32, 512)), warmup, repeats)),
     ]
     for name, needs, run in sections:
+        if name not in args.sections.split(","):
+            continue
         elapsed = time.perf_counter() - start
         if not quick and elapsed + needs > args.budget:
             table.add(name, "skipped", None, note=f"{elapsed:.0f} s spent of a {args.budget:.0f} s budget")

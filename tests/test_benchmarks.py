@@ -205,3 +205,25 @@ def test_distill_quick():
     results = dict(re.findall(r"^  (teacher|student alone|student distilled)\s+(\d+\.\d\d)%$", out, re.M))
     assert list(results) == ["teacher", "student alone", "student distilled"] and float(results["teacher"]) == 100.0
     assert re.search(r"^distillation: [+-]\d+\.\d\d points over the student alone \(T=2\)$", out, re.M), out
+
+
+def test_gpu_campaign_quick_prints_every_section_and_marks_what_needs_a_gpu():
+    out = run_quick("gpu_campaign.py", timeout=300)
+    table = out[out.index("| section | run |"):]
+    number = r"\d[\d,]*\.?\d*(e[-+]\d+)?"
+    for run in ("bf16 x bf16 -> bf16", "int8 x int8 -> int32 \\(lax\\.dot\\)", "quantized_linear op \\(int8\\)",
+                "fp8_linear op \\(bf16 in and out\\)"):
+        assert re.search(rf"^\| GEMM 256\^3 \| {run} \| {number} \| T(FL)?OP/s \| \d\.\d\dx bf16 \| .*rel\. error", table,
+                         re.M), (run, table)
+    for impl in ("None", "xla", "None, padding mask"):
+        assert re.search(rf"^\| attention fwd\+bwd \S+ bf16 \| implementation={impl} \| {number} \| ms \|", table,
+                         re.M), (impl, table)
+    if "cpu" in out.split("\n")[0]:  # cuDNN needs an NVIDIA GPU: named as such, not hidden
+        assert re.search(r"^\| attention .* \| implementation=cudnn \|  \|  \|  \| n/a: ValueError: .*needs an NVIDIA "
+                         r"GPU", table, re.M), table
+    for section, run, unit in (("ResNet-18 train", "Trainer", "images/s"), ("BERT-tiny train", "Trainer", "tokens/s"),
+                               ("BERT-tiny train", "jax\\.jit by hand", "tokens/s"),
+                               ("remat BERT-tiny", "recompute=True", "MiB temp")):
+        assert re.search(rf"^\| {section}[^|]* \| {run} \| {number} \| {unit} \|", table, re.M), (section, run, table)
+    assert re.search(r"^\| BERT-tiny train [^|]* \| Trainer \| .*model \S+ TFLOP/s", table, re.M), table
+    assert "| failed |" not in table

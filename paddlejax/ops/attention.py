@@ -108,6 +108,8 @@ def _jax_nn(query, key, value, mask=None, *, is_causal, scale, implementation):
         implementation = "xla"
     if mask is not None:
         mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    if mask is not None and implementation == "cudnn":  # cuDNN takes a mask with a row per query
+        mask = jnp.broadcast_to(mask, mask.shape[:2] + (query.shape[1], key.shape[1]))
     is_bool = mask is not None and mask.dtype == jnp.bool_
     return jax.nn.dot_product_attention(query, key, value, bias=None if is_bool else mask,
                                         mask=mask if is_bool else None, scale=scale, is_causal=is_causal,

@@ -203,6 +203,27 @@ def test_attention_xla_variant_agrees(kv_heads, mask, attrs):
     close(ops.scaled_dot_product_attention.variants["xla"](*args, **full), want, 1e-5)
 
 
+@pytest.mark.parametrize("dtype, kernel", [(jnp.bfloat16, "cudnn"), (jnp.float32, "xla")])
+def test_attention_cudnn_gets_a_mask_row_per_query_and_falls_back_where_it_cannot_run(monkeypatch, dtype, kernel):
+    # What cuDNN is handed, recorded on a CPU: it refuses a padding mask [b, 1, 1, keys]
+    # ("Bias must have same seq length as QKV") and runs only fp16/bf16 with head_dim % 8 == 0.
+    calls = []
+    real = jax.nn.dot_product_attention
+
+    def record(q, k, v, bias=None, mask=None, *, implementation, **kw):
+        calls.append((implementation, None if mask is None else mask.shape))
+        return real(q, k, v, bias, mask, implementation="xla", **kw)
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax.nn, "dot_product_attention", record)
+    q = jnp.asarray(rand(2, 6, 2, 8), dtype)
+    keep = jnp.arange(6)[None, None, None, :] < jnp.array([6, 4])[:, None, None, None]
+    out = ops.scaled_dot_product_attention(q, q, q, keep, implementation="cudnn")
+    assert calls == [(kernel, (2, 1, 6, 6) if kernel == "cudnn" else (2, 1, 1, 6))]
+    close(out.astype(jnp.float32), ops.scaled_dot_product_attention(q, q, q, keep).astype(jnp.float32),
+          1e-2 if dtype == jnp.bfloat16 else 1e-5)
+
+
 def test_attention_gqa_matches_repeated_heads():
     q, k, v = rand(1, 3, 4, 2), rand(1, 5, 2, 2), rand(1, 5, 2, 2)
     rep = lambda a: np.repeat(a, 2, axis=2)  # noqa: E731
