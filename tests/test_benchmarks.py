@@ -135,9 +135,13 @@ def test_hub_finetune_quick():
 
 def test_slim_quick():
     out = run_quick("slim.py", timeout=300)
-    rows = re.findall(r"^(unpruned|l1_norm|bn_scale|auto-pruner)\s+([\d,]+)\s+([\d,]+)\s+(\d+\.\d\d)%\s+(\d+\.\d+)\s+(\d+\.\d\d)x\s+"
-                      r"(\d+\.\d)$", out, re.M)
-    assert [r[0] for r in rows] == ["unpruned", "l1_norm", "bn_scale", "auto-pruner"], out
+    rows = re.findall(r"^(unpruned|l1_norm|bn_scale|l1_norm/8|by hand|auto-pruner|auto-pruner/1\.1x)\s+([\d,]+)\s+"
+                      r"([\d,]+)\s+(\d+\.\d\d)%\s+(\d+\.\d+)\s+(\d+\.\d\d)x\s+(\d+\.\d)  (\d+/\d+/\d+)$", out, re.M)
+    assert [r[0] for r in rows] == ["unpruned", "l1_norm", "bn_scale", "l1_norm/8", "by hand", "auto-pruner",
+                                    "auto-pruner/1.1x"], out
+    assert all(int(w) % 8 == 0 for w in rows[3][7].split("/") + rows[6][7].split("/")), out  # round_to=8
+    assert rows[4][7] == "32/32/120", out
+    assert re.search(r"^auto-pruner/1\.1x ratios: .*measured speed-up in the search \d+\.\d\dx\)$", out, re.M), out
     base_flops = int(rows[0][1].replace(",", ""))
     assert all(int(r[1].replace(",", "")) <= 0.5 * base_flops for r in rows[1:]), out  # the FLOPs target holds
     assert all(float(r[6]) < float(rows[0][6]) for r in rows[1:]), out  # and the saved weights are smaller

@@ -5,7 +5,7 @@ unlabelled samples, or a PaddleSlim 1.x compression config).
 
     paddlejax slim quantize out/model --calib calib.npy --algo hist -o out/model.int8 --report errors.png
     paddlejax slim quantize out/model --calib calib.npy --weight-bits 4 -o out/model.int4
-    paddlejax slim prune out/model --flops 0.5 --criterion l1_norm -o out/model.pruned
+    paddlejax slim prune out/model --flops 0.5 --criterion l1_norm --round-to 8 -o out/model.pruned
     paddlejax slim sparsify out/model --n 2 --m 4 -o out/model.sparse
     paddlejax slim compress out/model --data samples.npz --target-speedup 1.5 -o out/model.small
 
@@ -101,6 +101,8 @@ def add_arguments(p) -> None:
     how.add_argument("--ratio", type=float, help="fraction of the channels to remove from every group")
     how.add_argument("--ratios", help="NAME=RATIO,... per producer weight (the names the table lists)")
     r.add_argument("--criterion", default="l1_norm", help="l1_norm (default), l2_norm, geometry_median, bn_scale")
+    r.add_argument("--round-to", type=int, default=1,
+                   help="keep channel counts that are multiples of this (8 or 16 suit SIMD kernels; default 1)")
     r.add_argument("-o", "--output", required=True, help="where to save the pruned program")
     s = sub.add_parser("sparsify", help="unstructured or N:M sparse weights, saved compactly", description=SPARSIFY,
                        formatter_class=p.formatter_class)
@@ -177,7 +179,7 @@ def _prune(args) -> int:
     check_not_input(args.output, programs=[args.path])
     program = load(args.path)
     ratios = args.ratio if args.ratio is not None else _ratios(args.ratios) if args.ratios is not None else None
-    pruned = prune(program, ratios, flops=args.flops, criterion=args.criterion)
+    pruned = prune(program, ratios, flops=args.flops, criterion=args.criterion, round_to=args.round_to)
     save(pruned, args.output)
     rows = [("group (producers)", "channels", "kept")]
     graph = ChannelGraph(program)

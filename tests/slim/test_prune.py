@@ -142,6 +142,18 @@ def test_a_flops_target_is_reached_with_one_ratio():
     assert 0.35 * base < analysis.flops(small, {"b": 1}) <= 0.5 * base
 
 
+def test_round_to_keeps_channel_counts_that_are_multiples_and_still_meets_the_flops_target():
+    prog = digits_program()
+    base = analysis.flops(prog, {"b": 1})
+    plain, rounded = prune(prog, flops=0.5), prune(prog, flops=0.5, round_to=8)
+    widths = lambda p: [p.params[f"features.{i}.weight"].shape[0] for i in (0, 3, 7)]  # noqa: E731
+    assert any(w % 8 for w in widths(plain))  # 32/64/128 cut by one ratio: odd widths
+    assert all(w % 8 == 0 for w in widths(rounded)) and widths(rounded) != [32, 64, 128]
+    assert analysis.flops(rounded, {"b": 1}) <= 0.5 * base
+    assert [p.params["features.0.weight"].shape[0] for p in (prune(prog, 0.9, round_to=8),
+                                                              prune(prog, 0.9, round_to=64))] == [8, 32]
+
+
 def test_the_pruned_program_saves_loads_and_fine_tunes(tmp_path):
     from paddlejax.nn.program_layer import ProgramLayer
 
@@ -160,6 +172,7 @@ def test_the_pruned_program_saves_loads_and_fine_tunes(tmp_path):
     ({"ratios": 1.0}, r"a ratio is in \[0, 1\)"), ({"flops": 1.5}, r"in \(0, 1\)"),
     ({"ratios": {"fc.weight": 0.5}}, r"\['fc.weight'\] produce no prunable channels"),
     ({"ratios": 0.5, "criterion": "vibes"}, "criterion must be one of"),
+    ({"ratios": 0.5, "round_to": 0}, "round_to expects an int >= 1, got 0"),
 ])
 def test_bad_requests_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -215,6 +228,39 @@ def test_auto_pruner_is_seeded_meets_the_flops_target_and_resumes(tmp_path):
     AutoPruner(prog, metric, search_steps=2, checkpoint=checkpoint, **options).search()
     resumed = AutoPruner(prog, metric, search_steps=4, checkpoint=checkpoint, **options).search()
     assert resumed.history == straight.history and resumed.ratios == straight.ratios
+
+
+def test_auto_pruner_with_a_speedup_target_keeps_only_proposals_that_reach_it(monkeypatch):
+    from paddlejax.slim import AutoPruner
+
+    prog = digits_program()
+    base = analysis.flops(prog, {"b": 1})
+    # a stand-in for timings, so that the test is about the search: the second conv is the slow one
+    seen = []
+
+    def speedup(self, pruned):
+        seen.append(pruned.params["features.3.weight"].shape[0])
+        return 64 / seen[-1]
+
+    monkeypatch.setattr(AutoPruner, "measure_speedup", speedup)
+    metric = _agreement(prog, pj.data.Digits("test").images[:48])
+    found = AutoPruner(prog, metric, pruned_flops=0.3, speedup=2.0, round_to=8, search_steps=4, seed=0,
+                       progress=False).search()
+    widths = [found.program.params[f"features.{i}.weight"].shape[0] for i in (0, 3, 7)]
+    assert widths[1] <= 32 and all(w % 8 == 0 for w in widths)
+    assert found.speedup == 64 / widths[1] >= 2.0
+    assert analysis.flops(found.program, {"b": 1}) <= 0.7 * base
+    with pytest.raises(ValueError, match="speedup is a measured speed-up over the original, > 1; got 0.5"):
+        AutoPruner(prog, metric, speedup=0.5)
+
+
+def test_measured_speedup_times_both_programs_frozen_on_this_device():
+    from paddlejax.slim import AutoPruner
+
+    prog = digits_program()
+    search = AutoPruner(prog, lambda p: 0.0, batch_size=4, progress=False)
+    assert search.measure_speedup(prune(prog, 0.9)) > 0
+    assert search._original[1][0].shape == (4, 1, 8, 8)  # the batch size it was asked for
 
 
 def test_the_taylor_criterion_ranks_by_weight_times_gradient_on_samples():
