@@ -205,7 +205,9 @@ def test_auto_compress_quick(tmp_path):
 
 
 def test_distill_quick():
-    out = run_quick("distill.py", timeout=300)
+    out = run_quick("distill.py", "--labels", "16", timeout=300)
+    assert "16 labelled articles: the student alone trains 4 epochs on them; the distilled one 1 epochs on all 64" \
+        in out, out
     results = dict(re.findall(r"^  (teacher|student alone|student distilled)\s+(\d+\.\d\d)%$", out, re.M))
     assert list(results) == ["teacher", "student alone", "student distilled"] and float(results["teacher"]) == 100.0
     assert re.search(r"^distillation: [+-]\d+\.\d\d points over the student alone \(T=2\)$", out, re.M), out
