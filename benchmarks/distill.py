@@ -5,8 +5,8 @@ test split.
 
 Measured (2-core AMD EPYC, jax 0.10.2): 8 epochs, alone 95.06 % and distilled 93.48 %; 16 epochs,
 both 96.40 % (teacher 97.98 %). With every label available, the soft labels add nothing this
-student can use; distillation pays where labels are few (notebooks/08_compression.ipynb: 100
-labelled digits, 89.17 % alone, 94.44 % distilled).
+student can use; distillation pays where labels are few: with ``--labels 100`` (the teacher's soft
+labels on the other 1,680 articles), alone 61.80 %, distilled 91.91 %, 8 epochs (about 8 minutes).
 
 The teacher and the student are merged into one program (``pj.slim.merge``); the loss is the
 cross entropy on the labels plus ``soft_label_loss`` at temperature T, weighted by T^2
