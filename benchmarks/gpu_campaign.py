@@ -198,7 +198,7 @@ def train(table: Table, section: str, build, inputs: tuple, labels, items: int, 
     runs["jax.jit by hand"] = reference_step
     ms = alternate(runs, warmup, repeats)
     for name, t in ms.items():
-        vs = f"{t / ms['jax.jit by hand']:.3f}x hand-written" if name in compiled else ""
+        vs = f"time {t / ms['jax.jit by hand']:.3f}x hand-written" if name in compiled else ""
         note = f"{t:.1f} ms/step"
         if name in compiled:
             compile_s, xla_flops = compiled[name]
