@@ -8,7 +8,9 @@ run as ``jax.jit(prog.apply)``, are measured side by side in one process:
 * compile time: ``jax.jit(f).lower(...).compile()`` with fresh wrappers and
   ``jax.clear_caches()`` before each, alternating as well;
 * HLO instructions in the optimised module (``compiled.as_text()``);
-* and, separately, the time ``pj.trace`` takes on a 100-layer MLP.
+* separately, the time ``pj.trace`` takes on a 100-layer MLP;
+* and a ``Predictor`` call on a NumPy batch against a call of the executable it wraps on the
+  same batch (SmallCNN of ``cnn_models.py``, batch 32, 32x32, alternating calls).
 
 Cases: a ResNet-style CNN (NHWC) and a transformer block, each for inference and for one
 training step (``value_and_grad`` of a loss w.r.t. the parameters plus an SGD update).
@@ -36,7 +38,7 @@ from flax import nnx
 
 import paddlejax as pj
 from paddlejax import ops
-from timing import machine
+from timing import alternate, machine
 
 STEP_RATIO, COMPILE_RATIO, TRACE_SECONDS = 1.03, 1.3, 2.0
 
@@ -341,6 +343,22 @@ def dump_hlo(results: list[Result], folder: Path) -> None:
             (folder / f"{r.case.replace('/', '_')}.{impl}.hlo.txt").write_text(text)
 
 
+def predictor_overhead(repeats: int) -> dict:
+    """Median ms of a Predictor call and of its compiled executable, both on one NumPy batch."""
+    from cnn_models import MODELS
+    from paddlejax.inference import Config as PredictorConfig, Predictor
+
+    pj.nn.seed(0)
+    model = MODELS["SmallCNN"](data_format="NCHW", image=32)
+    model.eval()
+    predictor = Predictor(pj.to_static(model, pj.InputSpec((None, 3, 32, 32))),
+                          PredictorConfig(max_batch_size=32, batch_buckets=(32,), progress=False))
+    x = np.random.default_rng(0).random((32, 3, 32, 32), np.float32)
+    (executable,) = predictor._executables.values()
+    return alternate({"Predictor": lambda: predictor(x), "executable": lambda: np.asarray(executable(x))},
+                     warmup=10, repeats=repeats)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke test)")
@@ -362,6 +380,9 @@ def main(argv=None) -> int:
     print(table(results))
     print(f"\npj.trace of a {cfg.mlp_depth}-layer MLP (nnx.Linear {cfg.mlp_width}->{cfg.mlp_width} + relu, "
           f"{n_ops} ops): median {trace_s:.3f} s over {cfg.trace_repeats}")
+    calls = predictor_overhead(20 if args.quick else 300)
+    print(f"Predictor call on a NumPy batch (SmallCNN, batch 32): {calls['Predictor']:.3f} ms; its executable "
+          f"{calls['executable']:.3f} ms; ratio {calls['Predictor'] / calls['executable']:.3f}")
     if args.dump_hlo:
         dump_hlo(results, args.dump_hlo)
         print(f"HLO texts written to {args.dump_hlo}/")

@@ -231,7 +231,10 @@ class Predictor:
         (n,) = sizes
         step = self.config.max_batch_size
         chunks = [self._run_padded([x[i:i + step] for x in leaves]) for i in range(0, max(n, 1), step)]
-        outputs = [np.concatenate(parts) for parts in zip(*chunks)]
+        if len(chunks) == 1:  # a view of XLA's read-only buffer would surprise a caller that writes into it
+            outputs = [o if o.flags.writeable else o.copy() for o in chunks[0]]
+        else:
+            outputs = [np.concatenate(parts) for parts in zip(*chunks)]
         return jax.tree_util.tree_unflatten(self.program.out_tree, outputs)
 
     __call__ = run
@@ -251,8 +254,9 @@ class Predictor:
                 raise ValueError(f"Predictor: size '{name}' is {actual[name]}, over the largest compiled "
                                  f"bucket {sizes[-1]} of {sizes}")
             padded_to[name] = sizes[bisect.bisect_left(sizes, actual[name])]
-        padded = [np.pad(x, [(0, padded_to.get(d, s) - s) for d, s in zip(v.type.shape, x.shape)])
-                  for v, x in zip(self.program.inputs, leaves)]
+        padded = [x if all(padded_to.get(d, s) == s for d, s in zip(v.type.shape, x.shape)) else
+                  np.pad(x, [(0, padded_to.get(d, s) - s) for d, s in zip(v.type.shape, x.shape)])
+                  for v, x in zip(self.program.inputs, leaves)]  # a batch that fills its bucket is not copied
         outputs = jax.tree_util.tree_leaves(self._executables[tuple(padded_to.values())](
             *jax.tree_util.tree_unflatten(self.program.in_tree, padded)))
         return [np.asarray(o)[tuple(slice(actual[d]) if d in actual else slice(None) for d in v.type.shape)]

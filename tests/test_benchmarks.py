@@ -30,6 +30,8 @@ def test_overhead_quick():
         assert re.search(rf"^{c}\s+compile \(s\)\s+\d+\.\d+\s+\d+\.\d+", out, re.M), out
         assert re.search(rf"^{c}\s+HLO instructions\s+\d+\s+\d+", out, re.M), out
     assert re.search(r"pj\.trace of a \d+-layer MLP", out), out
+    assert re.search(r"^Predictor call on a NumPy batch \(SmallCNN, batch 32\): \d+\.\d{3} ms; its executable "
+                     r"\d+\.\d{3} ms; ratio \d\.\d{3}$", out, re.M), out
     verdicts = re.findall(r"^(PASS|FAIL)  ", out, re.M)
     assert len(verdicts) == 4, out
 

@@ -104,6 +104,8 @@ def test_outputs_equal_the_programs_on_any_batch_size(prog, predictor, n):
     out = predictor.run(x)
     assert isinstance(out, np.ndarray) and out.shape == (n, 3)
     np.testing.assert_allclose(out, prog(x), rtol=1e-5, atol=1e-5)
+    out += 1  # the caller's own array, whether or not the batch filled a bucket
+    np.testing.assert_array_equal(x, batch(n, seed=n))  # and the input is left alone
 
 
 def test_default_predictor_runs_the_inference_pipeline_with_frozen_parameters(predictor):
