@@ -51,8 +51,8 @@ from paddlejax import nn, ops
 from paddlejax.distributed import Strategy
 from paddlejax.models.bert import BertConfig, BertForSequenceClassification
 from paddlejax.models.resnet import resnet18, resnet50
-from models import GPU_PEAK_BF16, dense_rate, jax_train_step
-from timing import alternate, machine
+from hand_written import jax_train_step
+from timing import alternate, dense_rate, machine, peak_bf16
 
 
 class Table:
@@ -82,12 +82,6 @@ class Table:
 def rel_error(out, reference) -> float:
     out, reference = np.asarray(out, np.float64), np.asarray(reference, np.float64)
     return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
-
-
-def peak_bf16() -> tuple[float | None, str]:
-    """The device's data-sheet dense bf16 FLOP/s, or None off the GPUs we know."""
-    kind = jax.devices()[0].device_kind
-    return next((v for k, v in GPU_PEAK_BF16.items() if kind.startswith(k)), None), kind
 
 
 # -- 1. GEMM ------------------------------------------------------------------------------------------

@@ -31,14 +31,12 @@ import optax
 from flax import nnx
 
 import paddlejax as pj
-from paddlejax import nn, ops
+from paddlejax import nn
 from paddlejax.models.bert import BertConfig, BertForSequenceClassification
 from paddlejax.models.mobilenet import mobilenet_v2
 from paddlejax.models.resnet import resnet18, resnet50
-from timing import alternate, machine
-
-# Peak dense bf16 FLOP/s (without sparsity) from the vendors' data sheets, by device kind prefix.
-GPU_PEAK_BF16 = {"NVIDIA H100": 989e12, "NVIDIA H200": 989e12, "NVIDIA A100": 312e12, "NVIDIA L4": 121e12}
+from hand_written import cast, jax_train_step
+from timing import alternate, dense_rate, machine, peak_bf16
 
 
 @dataclasses.dataclass
@@ -74,40 +72,6 @@ def flops(fn, *args) -> float:
     cost = jax.jit(fn).lower(*args).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost.get("flops", 0.0))
-
-
-def dense_rate(amp: str | None, n: int) -> float:
-    """FLOP/s of an ``n x n`` matmul: the machine's practical dense peak for this dtype."""
-    dtype = jnp.bfloat16 if amp else jnp.float32
-    a = jnp.ones((n, n), dtype)
-    dot = jax.jit(lambda a: jnp.matmul(a, a, preferred_element_type=jnp.float32))
-    ms = alternate({"dot": lambda: dot(a)}, 2, 10)["dot"]
-    return 2 * n ** 3 / (ms / 1e3)
-
-
-def cast(state, dtype):
-    """A copy of ``state`` with its floating arrays in ``dtype`` (None: unchanged) -- mixed
-    precision written by hand, with f32 master weights. The copy's variables belong to the
-    current trace, so a model merged from them may update its batch statistics there."""
-    def leaf(v):
-        return v.astype(dtype) if dtype is not None and jnp.issubdtype(v.dtype, jnp.floating) else v
-
-    return jax.tree.map(leaf, state)
-
-
-def jax_train_step(graphdef, tx, dtype):
-    """A hand-written train step: ``jax.value_and_grad`` of the merged model, then optax."""
-    def step(params, opt_state, rest, inputs, labels):
-        def loss_fn(params):
-            model = nnx.merge(graphdef, cast(params, dtype), cast(rest, None))
-            loss = ops.cross_entropy(model(*cast(inputs, dtype)), labels)
-            return loss, nnx.split(model, nnx.Param, ...)[2]
-
-        (loss, rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, rest, loss
-
-    return step
 
 
 def measure(case: Case, amp: str | None, warmup: int, repeats: int) -> dict:
@@ -164,8 +128,7 @@ def main(argv=None) -> int:
     warmup = 1 if args.quick else 2
     print(machine())
     rate = dense_rate(amp, 256 if args.quick else 2048)
-    kind = jax.devices()[0].device_kind
-    peak = next((v for k, v in GPU_PEAK_BF16.items() if kind.startswith(k)), None) if gpu else None
+    peak, kind = peak_bf16()
     print(f"precision: {amp or 'fp32'}; batch {batch}; images {image}x{image} ({args.data_format}); "
           f"sequences of {seq} tokens")
     print(f"dense matmul rate measured here: {rate / 1e9:.0f} GFLOP/s"

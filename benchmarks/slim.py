@@ -132,7 +132,8 @@ def digits(x, y, test, flops: float, epochs: int, tune_epochs: int, steps: int, 
         found[name] = AutoPruner(base, reward, pruned_flops=flops, search_steps=steps, seed=0,
                                  progress=not quick, **options).search()
         pruned[name] = found[name].program
-    programs = {"unpruned": base, **{k: fine_tune(p, (x, y), tune_epochs, 2e-3, teacher=base) for k, p in pruned.items()}}
+    programs = {"unpruned": base,
+                **{k: fine_tune(p, (x, y), tune_epochs, 2e-3, teacher=base) for k, p in pruned.items()}}
     times = latency(programs, 32, repeats, tune=not quick)
     print(f"\nDigitsCNN, -{flops:.0%} FLOPs target; fine-tuned {tune_epochs} epochs after pruning (labels + "
           f"distillation); latency: Predictor, batch 32, frozen{'' if quick else ', tuned'}")

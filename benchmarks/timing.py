@@ -1,4 +1,4 @@
-"""What every benchmark here shares: side-by-side timing and a description of the machine.
+"""What every benchmark here shares: side-by-side timing, a description of the machine and its peaks.
 
     from timing import alternate, machine
     ms = alternate({"a": f, "b": g}, warmup=2, repeats=10)   # median ms per call, interleaved
@@ -11,6 +11,7 @@ import platform
 import statistics
 
 import jax
+import jax.numpy as jnp
 
 import paddlejax as pj
 from paddlejax.passes.autotune import measure_programs
@@ -34,3 +35,22 @@ def machine() -> str:
     devices = ", ".join(str(d) for d in jax.devices())
     return (f"machine: {cpu}, {os.cpu_count()} CPUs, devices [{devices}]\n"
             f"python {platform.python_version()}, jax {jax.__version__}, paddlejax {pj.__version__}")
+
+
+# Peak dense bf16 FLOP/s (without sparsity) from the vendors' data sheets, by device kind prefix.
+GPU_PEAK_BF16 = {"NVIDIA H100": 989e12, "NVIDIA H200": 989e12, "NVIDIA A100": 312e12, "NVIDIA L4": 121e12}
+
+
+def peak_bf16() -> tuple[float | None, str]:
+    """The device's data-sheet dense bf16 FLOP/s (None off the GPUs listed) and its kind."""
+    kind = jax.devices()[0].device_kind
+    return next((v for k, v in GPU_PEAK_BF16.items() if kind.startswith(k)), None), kind
+
+
+def dense_rate(amp: str | None, n: int) -> float:
+    """FLOP/s of an ``n x n`` matmul: the machine's practical dense peak for this dtype."""
+    dtype = jnp.bfloat16 if amp else jnp.float32
+    a = jnp.ones((n, n), dtype)
+    dot = jax.jit(lambda a: jnp.matmul(a, a, preferred_element_type=jnp.float32))
+    ms = alternate({"dot": lambda: dot(a)}, 2, 10)["dot"]
+    return 2 * n ** 3 / (ms / 1e3)

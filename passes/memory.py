@@ -427,9 +427,10 @@ class Remat(Pass):
     al.'s sqrt(n) checkpointing) and takes the smallest ``L`` whose stored size fits; if the
     program (with the marks it has) already fits, nothing changes. A budget no segment length
     meets is an error that gives the smallest size found. Without a budget (``budget=0``, the
-    default, what ``Strategy(recompute=True)`` runs) it takes the ``L`` that stores the least. ``sizes`` gives symbolic sizes as in
-    ``inplace``. Recomputation does not change values: the tolerance is 0. XLA adds the backward
-    pass's own temporaries to the kept bytes, so its temp figure is somewhat above the estimate.
+    default, what ``Strategy(recompute=True)`` runs) it takes the ``L`` that stores the least.
+    ``sizes`` gives symbolic sizes as in ``inplace``. Recomputation does not change values: the
+    tolerance is 0. XLA adds the backward pass's own temporaries to the kept bytes, so its temp
+    figure is somewhat above the estimate.
     """
 
     name = "remat"

@@ -1,12 +1,12 @@
 """``AutoPruner``: per-group pruning ratios found by simulated annealing under a FLOPs target
 (PaddleSlim's auto pruner; its defaults: initial temperature 100, reduce rate 0.85).
 
-Each step perturbs the ratios of a few groups (a third of them, or one more), keeps only proposals that remove at least the
-target fraction of FLOPs (retrying up to ``max_try_times``), scores the pruned program with
-``eval_fn`` (higher is better), and accepts a worse proposal with probability
-``exp((reward - current) / T)``, ``T`` shrinking by ``reduce_rate`` each step (the annealing
-of :mod:`paddlejax.slim.nas.annealing`, which the architecture search shares). Seeded; with
-``checkpoint`` the search state is saved after every step and a new search resumes from it.
+Each step perturbs the ratios of a few groups (a third of them, or one more), keeps only
+proposals that remove at least the target fraction of FLOPs (retrying up to ``max_try_times``),
+scores the pruned program with ``eval_fn`` (higher is better), and accepts a worse proposal with
+probability ``exp((reward - current) / T)``, ``T`` shrinking by ``reduce_rate`` each step (the
+annealing of :mod:`paddlejax.slim.nas.annealing`, which the architecture search shares). Seeded;
+with ``checkpoint`` the search state is saved after every step and a new search resumes from it.
 
 FLOPs are not time: on a CPU a network cut to half its FLOPs by one ratio may run barely
 faster, or slower, than the original (odd channel counts fit the vector units badly). With
