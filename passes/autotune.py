@@ -102,15 +102,20 @@ def op_signature(op: Op, env: dict) -> dict:
 
 def candidates(op_type: str, reduced_precision: bool = False) -> list[str]:
     """What the pass times for an op of ``op_type``: ``"default"`` (its primitive), then its
-    variants; those computing in a narrower type only with ``reduced_precision``.
+    variants that can run here (:attr:`~paddlejax.ops.registry.OpDef.requires`); those
+    computing in a narrower type only with ``reduced_precision``.
 
-    >>> candidates("depthwise_conv2d")
+    >>> candidates("depthwise_conv2d")[:5]
     ['default', 'lax_nhwc', 'im2col', 'shifted_matmul', 'depthwise_shifted']
-    >>> candidates("conv2d", reduced_precision=True)[-1]
-    'lax_bf16'
+    >>> "lax_bf16" in candidates("conv2d", reduced_precision=True), "lax_bf16" in candidates("conv2d")
+    (True, False)
+    >>> from paddlejax.ops import onednn
+    >>> ("onednn" in candidates("conv2d")) == onednn.available()
+    True
     """
     opdef = registry.get(op_type)
-    return [DEFAULT, *(v for v in opdef.variants if reduced_precision or v not in opdef.reduced_precision)]
+    return [DEFAULT, *(v for v in opdef.variants if (reduced_precision or v not in opdef.reduced_precision)
+                       and (v not in opdef.requires or opdef.requires[v]()))]
 
 
 def device_kind() -> str:
@@ -171,18 +176,23 @@ class TuneCache:
         warnings.warn(f"autotune cache {self.path} {why}", AutotuneCacheWarning, stacklevel=4)
 
     def lookup(self, key: str, signature: dict, candidates: list[str]) -> dict | None:
-        """The entry for ``key`` if it matches ``signature`` and chose one of ``candidates``."""
+        """The entry for ``key`` if it matches ``signature`` and timed every one of
+        ``candidates``; its ``"chosen"`` is the fastest of them when the stored choice is not one
+        (excluded here, or not a kernel at all). None when it did not time them all: a kernel
+        that has become available since, such as the oneDNN variants, gets its turn."""
         entry = self.entries.get(key)
         if entry is None:
             return None
         times = entry.get("times_ms") if isinstance(entry, dict) else None
-        if (not isinstance(times, dict) or entry.get("signature") != signature or entry.get("chosen") not in candidates
+        if (not isinstance(times, dict) or entry.get("signature") != signature
                 or not all(t is None or isinstance(t, (int, float)) for t in times.values())):
             warnings.warn(f"autotune cache {self.path}: entry for {signature['op']} {signature['shapes']} "
-                          f"does not match its key or names an unknown kernel; retuning", AutotuneCacheWarning,
-                          stacklevel=3)
+                          f"does not match its key; retuning", AutotuneCacheWarning, stacklevel=3)
             return None
-        return entry
+        timed = {c: times[c] for c in candidates if times.get(c) is not None}
+        if not set(candidates) <= set(times) or not timed:
+            return None
+        return entry if entry.get("chosen") in timed else {**entry, "chosen": min(timed, key=timed.get)}
 
     def store(self, key: str, entry: dict) -> None:
         self.entries[key] = entry
@@ -369,7 +379,8 @@ class Autotune(Pass):
     timing of one op (candidates not started by then are skipped; 0: no bound) and of each
     whole-program plan; ``workspace_mb`` skips variants whose :func:`workspace_bytes` exceed it
     (0: no limit); ``reduced_precision`` lets variants that compute in a narrower type
-    (``lax_bf16``) compete; ``cache`` is the cache file (empty: :func:`default_cache_path`).
+    (``lax_bf16``) compete; ``exclude`` names variants never to use (comma-separated, e.g.
+    ``onednn``); ``cache`` is the cache file (empty: :func:`default_cache_path`).
 
     ``check`` times the whole program with and without the per-op choices and keeps the
     faster, so the tuned program is never slower than the untuned one (ops that win alone
@@ -396,6 +407,7 @@ class Autotune(Pass):
     max_seconds: float = 10.0
     workspace_mb: float = 0.0
     reduced_precision: bool = False
+    exclude: str = ""
     check: bool = True
     layout: str = "auto"
     frozen: bool = False
@@ -462,9 +474,12 @@ class Autotune(Pass):
         (and stored); returns whether they came from the cache."""
         env = size_env(program, parse_sizes(self.sizes))
         labels = [p.label for p in plans]
+        # each plan's text holds its kernel choices: new choices (a kernel excluded, or newly
+        # available) are new plans to time
         signature = {"program": hashlib.sha256(str(_without_kernels(program)).encode()).hexdigest(),
                      "sizes": dict(sorted(env.items())), "frozen": self.frozen,
-                     "reduced_precision": self.reduced_precision, "plans": labels}
+                     "reduced_precision": self.reduced_precision, "plans": labels,
+                     "kernels": [hashlib.sha256(str(p.program).encode()).hexdigest()[:16] for p in plans]}
         key = cache_key(signature, device_kind(), jax.__version__)
         entry = store.lookup(key, signature, labels)
         cached = entry is not None
@@ -500,7 +515,7 @@ class Autotune(Pass):
         bar = self._progress_bar(len({k for k in keys if k not in store.entries}))
         decisions = []
         for op, signature, key in zip(ops, signatures, keys):
-            entry = store.lookup(key, signature, candidates(op.type, self.reduced_precision))
+            entry = store.lookup(key, signature, self._candidates(op.type))
             cached = entry is not None
             if not cached:
                 times = self._time_candidates(op, signature)
@@ -512,6 +527,10 @@ class Autotune(Pass):
             decisions.append(Decision(op, signature, entry["times_ms"], entry["chosen"], cached))
         bar.close()
         return decisions
+
+    def _candidates(self, op_type: str) -> list[str]:
+        excluded = {name.strip() for name in self.exclude.split(",")} - {DEFAULT}
+        return [c for c in candidates(op_type, self.reduced_precision) if c not in excluded]
 
     def _signature(self, op: Op, env: dict) -> dict:
         signature = op_signature(op, env)
@@ -555,7 +574,7 @@ class Autotune(Pass):
         limit = self.workspace_mb * 2 ** 20
         deadline = time.perf_counter() + self.max_seconds if self.max_seconds else math.inf
         times: dict[str, float | None] = {}
-        for c in candidates(op.type, self.reduced_precision):
+        for c in self._candidates(op.type):
             kernel = opdef.bind if c == DEFAULT else opdef.variants[c]
             if c != DEFAULT and (limit and workspace_bytes(c, signature) > limit or time.perf_counter() > deadline):
                 times[c] = None

@@ -235,3 +235,15 @@ def test_gpu_campaign_quick_prints_every_section_and_marks_what_needs_a_gpu():
         assert re.search(rf"^\| {section}[^|]* \| {run} \| {number} \| {unit} \|", table, re.M), (section, run, table)
     assert re.search(r"^\| BERT-tiny train [^|]* \| Trainer \| .*model \S+ TFLOP/s", table, re.M), table
     assert "| failed |" not in table
+
+
+def test_cpu_latency_quick():
+    # also the regression test of the oneDNN kernels under a Predictor at 2 threads: before each
+    # primitive had a scratchpad of its own, this run crashed in oneDNN's im2col
+    out = run_quick("cpu_latency.py", timeout=300)
+    for threads in ("1 thread", "2 threads"):
+        assert f"\n{threads}, batch 4, float32" in out, out
+    rows = re.findall(r"^(SmallCNN|DigitsCNN)\s+(\d+\.\d{3}) ms\s+(\d+\.\d{3}) ms\s+(\d+\.\d{3}) ms\s+(\d+\.\d\d)x"
+                      r"\s+\d+\.\d s / \d+\.\d s  (\S.*)$", out, re.M)
+    assert [r[0] for r in rows] == ["SmallCNN", "DigitsCNN"] * 2, out
+    assert all(float(r[4]) > 0 for r in rows)

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from paddlejax.ops import onednn
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.traits import Traits, always, data_format_axis
@@ -281,6 +282,24 @@ def _conv_kernel(op, impl, doc=None):
     return kernel
 
 
+def _onednn_kernel(op):
+    """The op by oneDNN (:mod:`paddlejax.ops.onednn`): bias and activation fused into the
+    convolution; where oneDNN is unavailable or does not fit the case, by lax.conv."""
+    fallback = _conv_kernel(op, _lax_conv)
+
+    def kernel(x, weight, bias=None, *, stride, padding, dilation, data_format, groups=None, act=None,
+               act_alpha=None):
+        if not (onednn.conv2d_fits(x, weight, data_format, act) and onednn.available()):
+            return fallback(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                            data_format=data_format, groups=groups, act=act, act_alpha=act_alpha)
+        pads, dil, groups = _check_conv(op, x, weight, bias, stride, padding, dilation, groups, data_format)
+        return onednn.conv2d(x, weight, bias, stride=stride, pads=pads, dilation=dil, groups=groups,
+                             data_format=data_format, act=act, act_alpha=act_alpha)
+
+    kernel.__name__ = f"{op}_onednn"
+    return kernel
+
+
 def _conv_flops(in_shapes, out_shapes, attrs):
     """2 * N * Ho * Wo * out_c * (in_c / groups) * kh * kw (and likewise in 1-D and 3-D)."""
     return 2 * math.prod(out_shapes[0]) * math.prod(in_shapes[1][1:])
@@ -311,11 +330,14 @@ def _grouped(attrs) -> str:
 
 
 def _define_conv(name, doc, variants, ndim=2, traits=None, **extra):
+    kernels = {v: _conv_kernel(name, impl) for v, impl in variants.items()}
+    if ndim == 2:
+        kernels["onednn"] = _onednn_kernel(name)
     return define(name, _conv_kernel(name, _lax_conv, doc),
                   inputs=[Input("x", rank=ndim + 2, dtype="float"), Input("weight", rank=ndim + 2, dtype="float"),
                           Input("bias", rank=1, dtype="float", optional=True)],
                   attrs={**_conv_attrs(ndim, **extra), **fused_activation_attrs()},
-                  variants={v: _conv_kernel(name, impl) for v, impl in variants.items()},
+                  variants=kernels, requires={"onednn": onednn.available} if ndim == 2 else None,
                   reduced_precision=set(variants) & set(_REDUCED_PRECISION), flops=_conv_flops,
                   traits=traits or Traits(amp="white", layout_sensitive=True, channels=_grouped,
                                           saved_for_backward=("operands",)))

@@ -183,6 +183,9 @@ class OpDef:
     multiple_results: bool = False
     variants: dict[str, Callable] = dataclasses.field(default_factory=dict)
     reduced_precision: frozenset[str] = frozenset()
+    # variants that run only where a predicate holds (a compiled extension, a backend); the
+    # autotuner offers them only there, and elsewhere they compute by the reference kernel
+    requires: dict[str, Callable[[], bool]] = dataclasses.field(default_factory=dict)
     flops: Callable | None = None
     doc: str = ""
     traits: Traits = Traits()
@@ -257,12 +260,14 @@ _REGISTRY: dict[str, OpDef] = {}
 def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[str, Attr] | None = None,
            outputs: Sequence[str] = ("out",), multiple_results: bool | None = None,
            variants: dict[str, Callable] | None = None, reduced_precision: Sequence[str] = (),
-           flops: Callable | None = None, traits: Traits) -> OpDef:
+           requires: dict[str, Callable[[], bool]] | None = None, flops: Callable | None = None,
+           traits: Traits) -> OpDef:
     """Declare an op and register it under ``name``; returns the :class:`OpDef`.
 
     ``kernel(*arrays, **attrs)`` is the reference implementation; ``variants`` are other
     kernels of the same function, and ``reduced_precision`` names those among them that compute
-    in a narrower type (autotuning tries them only when allowed); ``flops(in_shapes,
+    in a narrower type (autotuning tries them only when allowed), and ``requires`` maps variants
+    that run only somewhere to a predicate saying whether they can here; ``flops(in_shapes,
     out_shapes, attrs)`` an optional FLOP count; ``traits`` what the op means (required: a pass
     must never have to guess).
     """
@@ -273,13 +278,16 @@ def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[
     if set(reduced_precision) - set(variants or {}):
         raise ValueError(f"op '{name}': reduced_precision names unknown variants "
                          f"{sorted(set(reduced_precision) - set(variants or {}))}")
+    if set(requires or {}) - set(variants or {}):
+        raise ValueError(f"op '{name}': requires names unknown variants {sorted(set(requires) - set(variants or {}))}")
     if name in _REGISTRY:
         raise ValueError(f"op '{name}' is already registered")
     outputs = tuple(outputs)
     op = OpDef(name=name, kernel=kernel, inputs=tuple(inputs), attrs=dict(attrs or {}),
                outputs=outputs,
                multiple_results=len(outputs) > 1 if multiple_results is None else multiple_results,
-               variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision), flops=flops, doc=(kernel.__doc__ or "").strip(),
+               variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision),
+               requires=dict(requires or {}), flops=flops, doc=(kernel.__doc__ or "").strip(),
                traits=traits)
     _REGISTRY[name] = op
     return op

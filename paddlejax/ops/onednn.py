@@ -1,0 +1,151 @@
+"""oneDNN kernels for XLA's CPU backend, through typed XLA FFI custom calls (``jax.ffi``).
+
+XLA's CPU convolutions run below the oneDNN kernels Paddle Inference and PyTorch call; this
+module offers oneDNN's to the autotuner as more kernel variants (``conv2d`` / ``depthwise_conv2d``
+variant ``"onednn"``: float32, bias and activation fused into the convolution). The handlers live
+in a small C++ extension (``paddlejax/ops/onednn.cc``) built at install time against the
+``onednn-cpu-gomp`` wheel; where it is missing or fails to load, :func:`available` is False, the
+tuner skips the variant, and a program that names it runs XLA's convolution instead.
+
+>>> import jax.numpy as jnp
+>>> x, w = jnp.ones((1, 2, 5, 5)), jnp.ones((3, 2, 3, 3))
+>>> if available():  # else unavailable_reason() says why
+...     y = conv2d(x, w, None, stride=(1, 1), pads=((1, 1), (1, 1)), dilation=(1, 1), groups=1,
+...                data_format="NCHW", act="relu")
+...     assert y.shape == (1, 3, 5, 5) and float(y[0, 0, 2, 2]) == 18.0
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Activation codes, as the C++ side numbers them.
+_ACTS = {None: 0, "relu": 1, "leaky_relu": 2, "relu6": 3, "sigmoid": 4, "tanh": 5, "gelu": 6, "gelu_tanh": 7,
+         "silu": 8, "hard_swish": 9}
+_TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d"}
+
+
+def _extension() -> Path | None:
+    here = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (here / f"_onednn{suffix}").exists():
+            return here / f"_onednn{suffix}"
+    return None
+
+
+def _load_dnnl() -> None:
+    """Load ``libdnnl.so.3`` from the environment's ``lib`` (where the ``onednn-cpu-gomp`` wheel
+    puts it), so that the extension's dependency resolves in an editable install too."""
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, os.environ.get("CONDA_PREFIX") or sys.prefix)):
+        path = Path(prefix) / "lib" / "libdnnl.so.3"
+        if path.exists():
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            return
+    ctypes.CDLL("libdnnl.so.3", mode=ctypes.RTLD_GLOBAL)  # the system's, or a clear OSError
+
+
+@functools.cache
+def _load() -> str | None:
+    """Register the FFI targets; None on success, else why the kernels are unavailable."""
+    if os.environ.get("PADDLEJAX_ONEDNN", "1") == "0":
+        return "disabled by PADDLEJAX_ONEDNN=0"
+    path = _extension()
+    if path is None:
+        return "the compiled extension paddlejax/ops/_onednn is not built (reinstall paddlejax with g++ available)"
+    try:
+        _load_dnnl()
+        library = ctypes.CDLL(str(path))
+    except OSError as e:
+        return f"cannot load the oneDNN extension: {e}"
+    for target, symbol in _TARGETS.items():
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+    return None
+
+
+def available() -> bool:
+    """Whether the oneDNN kernels can run here (the extension built and loaded; a CPU backend).
+
+    >>> isinstance(available(), bool)
+    True
+    """
+    return jax.default_backend() == "cpu" and _load() is None
+
+
+def unavailable_reason() -> str | None:
+    """Why :func:`available` is False (None when it is True).
+
+    >>> unavailable_reason() is None or isinstance(unavailable_reason(), str)
+    True
+    """
+    if jax.default_backend() != "cpu":
+        return f"oneDNN kernels run on the CPU backend, not {jax.default_backend()}"
+    return _load()
+
+
+def conv2d_fits(x, w, data_format: str, act) -> bool:
+    """Whether the oneDNN convolution computes this case: 2-D, float32 operands, an activation
+    it fuses; other cases take XLA's convolution.
+
+    >>> conv2d_fits(jnp.ones((1, 2, 4, 4)), jnp.ones((3, 2, 3, 3)), "NCHW", "relu")
+    True
+    >>> conv2d_fits(jnp.ones((1, 2, 4, 4), jnp.bfloat16), jnp.ones((3, 2, 3, 3)), "NCHW", None)
+    False
+    """
+    return (x.ndim == 4 and data_format in ("NCHW", "NHWC") and act in _ACTS
+            and x.dtype == jnp.float32 and w.dtype == jnp.float32)
+
+
+def conv2d(x, w, bias, *, stride, pads, dilation, groups, data_format, act=None, act_alpha=None):
+    """``act(conv(x, w) + bias)`` by oneDNN, with Paddle's ``[out_c, in_c / groups, kh, kw]``
+    weight and explicit ``pads`` ``((top, bottom), (left, right))``; differentiable (the
+    derivative is XLA's) and batchable. Callers check :func:`conv2d_fits`; where the kernels
+    are not :func:`available`, a RuntimeError says why."""
+    if not available():
+        raise RuntimeError(f"oneDNN conv2d: {unavailable_reason()}")
+    config = (tuple(stride), tuple(map(tuple, pads)), tuple(dilation), int(groups), data_format, act,
+              0.01 if act_alpha is None else float(act_alpha))
+    if bias is None:
+        return _conv2d(config, x, w, jnp.zeros((w.shape[0],), x.dtype), False)
+    return _conv2d(config, x, w, bias, True)
+
+
+def _reference(config, x, w, bias, has_bias):
+    from paddlejax.ops.activation import fused_activation
+
+    stride, pads, dilation, groups, fmt, act, alpha = config
+    y = jax.lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dilation,
+                                     dimension_numbers=(fmt, "OIHW", fmt), feature_group_count=groups)
+    if has_bias:
+        y = y + (bias[:, None, None] if fmt == "NCHW" else bias)
+    return fused_activation(y, act, alpha)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 4))
+def _conv2d(config, x, w, bias, has_bias):
+    stride, pads, dilation, groups, fmt, act, alpha = config
+    n = x.shape[0]
+    spatial = x.shape[2:] if fmt == "NCHW" else x.shape[1:3]
+    out_hw = [(size + lo + hi - d * (k - 1) - 1) // s + 1
+              for size, (lo, hi), d, k, s in zip(spatial, pads, dilation, w.shape[2:], stride)]
+    shape = (n, w.shape[0], *out_hw) if fmt == "NCHW" else (n, *out_hw, w.shape[0])
+    call = jax.ffi.ffi_call("paddlejax_onednn_conv2d", jax.ShapeDtypeStruct(shape, x.dtype),
+                            vmap_method="sequential")
+    return call(x, w, bias, stride=np.array(stride, np.int64), pad_lo=np.array([p[0] for p in pads], np.int64),
+                pad_hi=np.array([p[1] for p in pads], np.int64), dilation=np.array(dilation, np.int64),
+                groups=np.int64(groups), nhwc=fmt == "NHWC", has_bias=bool(has_bias),
+                act=np.int64(_ACTS[act]), alpha=np.float32(alpha))
+
+
+@_conv2d.defjvp
+def _conv2d_jvp(config, has_bias, primals, tangents):
+    y = _conv2d(config, *primals, has_bias)
+    _, dy = jax.jvp(lambda *a: _reference(config, *a, has_bias), primals, tangents)
+    return y, dy
