@@ -9,6 +9,8 @@ and batch-norm statistics):
 - ``Predictor, XLA kernels``: trace -> ``Predictor`` (frozen, tuned) with the oneDNN variants
   excluded (``autotune{exclude=onednn}``): what the Predictor ran before they existed;
 - ``Predictor``: the default pipeline, the oneDNN kernels among the tuner's candidates;
+- ``Predictor int8``: the program quantized by ``pj.slim.quant_post`` (hist calibration on four
+  random batches), then the same Predictor (int8 dataflow between the quantized convolutions);
 
 timed side by side (calls interleaved, medians), and the Predictor's creation with an empty
 autotune cache (cold) and again from the cache (warm). With ``PADDLE_PYTHON`` pointing at a
@@ -82,10 +84,15 @@ def ours(models: list[str], batch: int, repeats: int) -> list[dict]:
         warm = time.perf_counter() - start
         xla = Predictor(program, Config(max_batch_size=batch, batch_buckets=(batch,),
                                         passes=inference_pipeline(autotune={**tune, "exclude": "onednn"})))
+        rng = np.random.default_rng(1)
+        calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
+        int8 = Predictor(pj.slim.quant_post(program, calibration, progress=False),
+                         Config(max_batch_size=batch, batch_buckets=(batch,), progress=False))
         kernels = sorted({op.attrs.get("kernel") or "default" for op in predictor.program.walk()
                           if op.type in ("conv2d", "depthwise_conv2d")})
         times = alternate({"plain JAX": lambda: jax.block_until_ready(plain(x)),
-                           "Predictor, XLA kernels": lambda: xla(x), "Predictor": lambda: predictor(x)},
+                           "Predictor, XLA kernels": lambda: xla(x), "Predictor": lambda: predictor(x),
+                           "Predictor int8": lambda: int8(x)},
                           warmup=3, repeats=repeats)
         rows.append({"model": name, "ms": times, "cold_s": cold, "warm_s": warm, "kernels": kernels})
     return rows
@@ -214,14 +221,14 @@ def report(rows: list[dict], threads: int, batch: int, paddle: str | None) -> No
     print(f"\n{rows[0]['machine']}\n{threads} thread{'s' * (threads > 1)}, batch {batch}, float32, NCHW models; "
           f"oneDNN kernels: {rows[0]['onednn']}" + (f"; {paddle}" if paddle else ""))
     columns = list(rows[1]["ms"])
-    print(f"{'model':<11}" + "".join(f"{c:>24}" for c in columns) + f"{'Predictor vs best other':>25}"
-          f"{'created cold / warm':>22}  conv kernels")
+    print(f"{'model':<11}" + "".join(f"{c:>24}" for c in columns) + f"{'fp32 vs best other':>20}"
+          f"{'int8 vs fp32':>14}{'created cold / warm':>22}  conv kernels")
     for row in rows[1:]:
         ms = row["ms"]
-        best_other = min(v for k, v in ms.items() if k != "Predictor")
+        best_other = min(v for k, v in ms.items() if not k.startswith("Predictor") or k == "Predictor, XLA kernels")
         print(f"{row['model']:<11}" + "".join(f"{ms[c]:>21.3f} ms" for c in columns)
-              + f"{best_other / ms['Predictor']:>24.2f}x{row['cold_s']:>13.1f} s / {row['warm_s']:.1f} s"
-              + f"  {', '.join(row['kernels'])}")
+              + f"{best_other / ms['Predictor']:>19.2f}x{ms['Predictor'] / ms['Predictor int8']:>13.2f}x"
+              + f"{row['cold_s']:>13.1f} s / {row['warm_s']:.1f} s  {', '.join(row['kernels'])}")
 
 
 if __name__ == "__main__":

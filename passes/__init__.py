@@ -21,6 +21,7 @@ from paddlejax.passes.layout import ConvertLayout  # noqa: F401
 from paddlejax.passes.donation import Donate  # noqa: F401
 from paddlejax.passes.fp8 import ConvertFp8, fp8_device_problem  # noqa: F401
 from paddlejax.passes.quant import ConvertInt8, InsertFakeQuant, QuantAware  # noqa: F401
+from paddlejax.passes.int8_dataflow import Int8Dataflow  # noqa: F401
 from paddlejax.passes.memory import InplaceReuse, Remat, compare_with_xla, liveness, plan_inplace  # noqa: F401
 from paddlejax.passes.autotune import Autotune, AutotuneCacheWarning, Decision, TuneCache  # noqa: F401
 from paddlejax.passes.attention import FuseAttention  # noqa: F401

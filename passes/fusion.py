@@ -8,7 +8,8 @@ adds and activations into the op that computes into them, and cancel transposes.
   Tolerance: float32 rounding of the folded weights, about 1e-5 relative.
 - ``fuse_bias_act``: a conv / linear without a bias, followed by an add of a
   per-channel vector, takes the vector as its bias input; an activation that is the only reader
-  of such an op becomes its ``act`` attribute. Exact up to float rounding (1e-6).
+  of such an op (or of its int8 or weight-only version) becomes its ``act`` attribute. Exact up
+  to float rounding (1e-6).
 - ``fuse_elementwise_act``: the same for an activation after an ``elementwise_*`` binary op.
 
 Which ops qualify is read from the op library, not listed here: a *weighted* op is one whose
@@ -290,7 +291,8 @@ class FuseBiasActivation(PatternPass):
     name = "fuse_bias_act"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FuseBias(), _FuseActivation(lambda t: weighted(t) and fuses_activation(t))]
+        # activations fuse into the int8 and weight-only versions of those ops too
+        return [_FuseBias(), _FuseActivation(lambda t: fuses_activation(t) and not _elementwise_binary(t))]
 
 
 @register_pass

@@ -189,8 +189,9 @@ def _declare() -> dict[str, Traits]:
     add(_BLACK_CUMULATIVE, amp="black")
     add(_CUMULATIVE)
     add(_WINDOWS)
-    add(("reshape", "squeeze", "broadcast_in_dim"), reshaping=True, channels="reshaped", identity_if=always)
-    add(("transpose",), identity_if=_identity_permutation)
+    add(("reshape", "squeeze", "broadcast_in_dim"), reshaping=True, channels="reshaped", identity_if=always,
+        commutes_with_quantize=True)
+    add(("transpose",), identity_if=_identity_permutation, commutes_with_quantize=True)
     add(("concatenate",), channels="concatenated", identity_if=always)
     add(("slice",), identity_if=always)
     add(("pad",), identity_if=_no_padding)

@@ -30,7 +30,9 @@ import numpy as np
 # Activation codes, as the C++ side numbers them.
 _ACTS = {None: 0, "relu": 1, "leaky_relu": 2, "relu6": 3, "sigmoid": 4, "tanh": 5, "gelu": 6, "gelu_tanh": 7,
          "silu": 8, "hard_swish": 9}
-_TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d"}
+_TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d",
+            "paddlejax_onednn_quantized_conv2d": "PaddlejaxOnednnQuantizedConv2d",
+            "paddlejax_onednn_requantized_conv2d": "PaddlejaxOnednnRequantizedConv2d"}
 
 
 def _extension() -> Path | None:
@@ -110,8 +112,7 @@ def conv2d(x, w, bias, *, stride, pads, dilation, groups, data_format, act=None,
     are not :func:`available`, a RuntimeError says why."""
     if not available():
         raise RuntimeError(f"oneDNN conv2d: {unavailable_reason()}")
-    config = (tuple(stride), tuple(map(tuple, pads)), tuple(dilation), int(groups), data_format, act,
-              0.01 if act_alpha is None else float(act_alpha))
+    config = _config(stride, pads, dilation, groups, data_format, act, act_alpha)
     if bias is None:
         return _conv2d(config, x, w, jnp.zeros((w.shape[0],), x.dtype), False)
     return _conv2d(config, x, w, bias, True)
@@ -128,20 +129,30 @@ def _reference(config, x, w, bias, has_bias):
     return fused_activation(y, act, alpha)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 4))
-def _conv2d(config, x, w, bias, has_bias):
+def _call(target, config, *operands, has_bias, dtype=jnp.float32):
+    """The FFI call of ``target`` on ``operands`` (x first, weight second) with ``config``'s
+    attributes; the output is ``dtype``, of the convolution's shape."""
     stride, pads, dilation, groups, fmt, act, alpha = config
-    n = x.shape[0]
+    x, w = operands[:2]
     spatial = x.shape[2:] if fmt == "NCHW" else x.shape[1:3]
     out_hw = [(size + lo + hi - d * (k - 1) - 1) // s + 1
               for size, (lo, hi), d, k, s in zip(spatial, pads, dilation, w.shape[2:], stride)]
-    shape = (n, w.shape[0], *out_hw) if fmt == "NCHW" else (n, *out_hw, w.shape[0])
-    call = jax.ffi.ffi_call("paddlejax_onednn_conv2d", jax.ShapeDtypeStruct(shape, x.dtype),
-                            vmap_method="sequential")
-    return call(x, w, bias, stride=np.array(stride, np.int64), pad_lo=np.array([p[0] for p in pads], np.int64),
+    shape = (x.shape[0], w.shape[0], *out_hw) if fmt == "NCHW" else (x.shape[0], *out_hw, w.shape[0])
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, dtype), vmap_method="sequential")
+    return call(*operands, stride=np.array(stride, np.int64), pad_lo=np.array([p[0] for p in pads], np.int64),
                 pad_hi=np.array([p[1] for p in pads], np.int64), dilation=np.array(dilation, np.int64),
                 groups=np.int64(groups), nhwc=fmt == "NHWC", has_bias=bool(has_bias),
                 act=np.int64(_ACTS[act]), alpha=np.float32(alpha))
+
+
+def _config(stride, pads, dilation, groups, data_format, act, act_alpha) -> tuple:
+    return (tuple(stride), tuple(map(tuple, pads)), tuple(dilation), int(groups), data_format, act,
+            0.01 if act_alpha is None else float(act_alpha))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 4))
+def _conv2d(config, x, w, bias, has_bias):
+    return _call("paddlejax_onednn_conv2d", config, x, w, bias, has_bias=has_bias)
 
 
 @_conv2d.defjvp
@@ -149,3 +160,36 @@ def _conv2d_jvp(config, has_bias, primals, tangents):
     y = _conv2d(config, *primals, has_bias)
     _, dy = jax.jvp(lambda *a: _reference(config, *a, has_bias), primals, tangents)
     return y, dy
+
+
+def quantized_conv2d_fits(x_q, w_q, w_scale, data_format: str, act) -> bool:
+    """Whether the oneDNN int8 convolution computes this ``quantized_conv2d``: 2-D, int8
+    operands, a scalar or per-output-channel weight scale, an activation it fuses.
+
+    >>> quantized_conv2d_fits(jnp.ones((1, 2, 4, 4), jnp.int8), jnp.ones((3, 2, 3, 3), jnp.int8),
+    ...                       jnp.ones(3), "NHWC", None)
+    True
+    """
+    return (x_q.ndim == 4 and data_format in ("NCHW", "NHWC") and act in _ACTS and x_q.dtype == jnp.int8
+            and w_q.dtype == jnp.int8 and w_scale.size in (1, w_q.shape[0]))
+
+
+def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation, groups, data_format, act=None,
+                     act_alpha=None, out_scale=None):
+    """``act(conv(x_q, w_q) * x_scale * w_scale / 127**2 + bias)`` by oneDNN's int8 convolution
+    (int32 accumulation, the rescale, bias and activation fused), the ``quantized_conv2d`` op's
+    function with explicit ``pads``; with ``out_scale`` that result requantized to int8
+    (``round(y * 127 / out_scale)``, saturated to [-128, 127]). Callers check
+    :func:`quantized_conv2d_fits`."""
+    if not available():
+        raise RuntimeError(f"oneDNN quantized_conv2d: {unavailable_reason()}")
+    config = _config(stride, pads, dilation, groups, data_format, act, act_alpha)
+    scales = (jnp.reshape(x_scale, (1,)).astype(jnp.float32) / 127,
+              jnp.reshape(w_scale, (-1,)).astype(jnp.float32) / 127)
+    has_bias = bias is not None
+    bias = jnp.zeros((w_q.shape[0],), jnp.float32) if bias is None else bias.astype(jnp.float32)
+    if out_scale is None:
+        return _call("paddlejax_onednn_quantized_conv2d", config, x_q, w_q, *scales, bias, has_bias=has_bias)
+    out = jnp.reshape(out_scale, (1,)).astype(jnp.float32) / 127
+    return _call("paddlejax_onednn_requantized_conv2d", config, x_q, w_q, *scales, bias, out, has_bias=has_bias,
+                 dtype=jnp.int8)

@@ -25,7 +25,7 @@ from jax import lax
 from paddlejax.ops.conv import paddle_padding
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.traits import Traits
-from paddlejax.ops.common import LAYOUTS, attr_error, from_channels_last, to_channels_last
+from paddlejax.ops.common import LAYOUTS, attr_error, from_channels_last, input_error, to_channels_last
 
 
 def _ceil_pad(n, k, s, lo, hi):
@@ -52,14 +52,18 @@ def _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, global_pooling):
 
 
 def _pool2d(x, *, pooling_type, kernel_size, stride, padding, ceil_mode, global_pooling, exclusive, data_format):
-    """Max or average pooling over 2-D windows."""
+    """Max or average pooling over 2-D windows (max pooling of integers too: int8 dataflow)."""
+    floating = jnp.issubdtype(x.dtype, jnp.floating)
+    if not floating and pooling_type != "max":
+        raise input_error("pool2d", "x", "floating values for average pooling", x.dtype)
     xl = to_channels_last(x, data_format)
     k, s, pads = _pool_geometry(xl.shape[1:3], kernel_size, stride, padding, ceil_mode, global_pooling)
     window, strides, full_pads = (1, *k, 1), (1, *s, 1), ((0, 0), *pads, (0, 0))
     if pooling_type == "max":
         # numpy init values: a traced init value makes JAX pick the generic reduce_window,
         # which has no transpose rule (so no jit(grad))
-        y = lax.reduce_window(xl, np.array(-np.inf, xl.dtype), lax.max, window, strides, full_pads)
+        lowest = -np.inf if floating else np.iinfo(xl.dtype).min
+        y = lax.reduce_window(xl, np.array(lowest, xl.dtype), lax.max, window, strides, full_pads)
     else:
         y = lax.reduce_window(xl, np.array(0, xl.dtype), lax.add, window, strides, full_pads)
         if exclusive:  # count only the real input elements under each window
@@ -78,14 +82,15 @@ def _pool_flops(in_shapes, out_shapes, attrs):
 
 
 pool2d = define(
-    "pool2d", _pool2d, inputs=[Input("x", rank=4, dtype="float")],
+    "pool2d", _pool2d, inputs=[Input("x", rank=4)],
     attrs={"pooling_type": Attr("str", "max", choices=("max", "avg")),
            "kernel_size": Attr("ints", None, length=2, minimum=1, optional=True),
            "stride": Attr("ints", None, length=2, minimum=1, optional=True),
            "padding": Attr("padding", ((0, 0), (0, 0))),
            "ceil_mode": Attr("bool", False), "global_pooling": Attr("bool", False),
            "exclusive": Attr("bool", True), "data_format": Attr("str", "NCHW", choices=LAYOUTS)},
-    flops=_pool_flops, traits=Traits(layout_sensitive=True, channels="identity"))
+    flops=_pool_flops, traits=Traits(layout_sensitive=True, channels="identity",
+                                     commutes_with_quantize=lambda attrs: attrs.get("pooling_type", "max") == "max"))
 
 
 def _is_size(v) -> bool:

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from paddlejax.ops import onednn
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.common import channel_axis, from_channels_last, input_error, norm_axis
 from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, _taps, conv2d
@@ -344,8 +345,8 @@ def _quantized_conv_kernel(accumulate, doc=None):
     """A quantized_conv2d kernel around ``accumulate`` (the int32 accumulator): validation,
     the rescale, bias and the fused activation are common to all."""
 
-    def kernel(x_q, w_q, x_scale, w_scale, bias=None, *, stride, padding, dilation, groups, data_format,
-               act=None, act_alpha=None):
+    def kernel(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, *, stride, padding, dilation, groups,
+               data_format, act=None, act_alpha=None):
         op = "quantized_conv2d"
         _require_dtype(op, "x_q", x_q, "int8")
         _require_dtype(op, "w_q", w_q, "int8")
@@ -356,10 +357,38 @@ def _quantized_conv_kernel(accumulate, doc=None):
         acc = accumulate(x_q, w_q, stride, pads, dil, groups, data_format)
         channels = channel_axis(data_format, acc.ndim)
         y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, acc.shape, channels))
-        return fused_activation(_add_bias(y, bias, data_format), act, act_alpha)
+        return _requantize(fused_activation(_add_bias(y, bias, data_format), act, act_alpha), out_scale)
 
     kernel.__doc__ = doc or accumulate.__doc__
     return kernel
+
+
+def _requantize(y, out_scale):
+    """``y`` quantized to int8 by the per-tensor ``out_scale`` (unchanged for None): the int8
+    dataflow's output of a convolution read only by the next quantized op."""
+    if out_scale is None:
+        return y
+    _scale_along("quantized_conv2d", "out_scale", out_scale, y.shape, 0)
+    return _quantize_values(y, out_scale, _INT8_QMAX).astype(jnp.int8)
+
+
+def _onednn_quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, *, stride, padding, dilation,
+                             groups, data_format, act=None, act_alpha=None):
+    """quantized_conv2d by oneDNN's int8 convolution (:mod:`paddlejax.ops.onednn`: the rescale,
+    bias, activation and requantize fused); where oneDNN is unavailable or does not fit, the
+    reference."""
+    attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, data_format=data_format,
+                 act=act, act_alpha=act_alpha)
+    if not (onednn.quantized_conv2d_fits(x_q, w_q, w_scale, data_format, act) and onednn.available()):
+        return _quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale, **attrs)
+    pads, dil, _ = _check_conv("quantized_conv2d", x_q, w_q, bias, stride, padding, dilation, groups, data_format)
+    attrs.update(pads=pads, dilation=dil)
+    del attrs["padding"]
+    # oneDNN saturates to [-128, 127] and the reference clips to [-127, 127]: after a relu the
+    # two agree, otherwise the requantize runs after the float result
+    if out_scale is not None and act == "relu":
+        return onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale=out_scale, **attrs)
+    return _requantize(onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, **attrs), out_scale)
 
 
 _quantized_conv2d = _quantized_conv_kernel(_lax_int32, """2-D convolution of int8 ``x_q`` with int8 OIHW weight ``w_q`` (same attributes as
@@ -551,14 +580,17 @@ quantized_matmul = define("quantized_matmul", _quantized_matmul,
 quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                           inputs=[Input("x_q", rank=4), Input("w_q", rank=4), Input("x_scale", rank=0, dtype="float"),
                                   Input("w_scale", rank=_SCALE_RANK, dtype="float"),
-                                  Input("bias", rank=1, dtype="float", optional=True)],
+                                  Input("bias", rank=1, dtype="float", optional=True),
+                                  Input("out_scale", rank=0, dtype="float", optional=True)],
                           attrs=dict(conv2d.attrs), flops=_conv_flops,
                           variants={"int8_taps": _quantized_conv_kernel(_int8_taps),
                                     "int8_im2col": _quantized_conv_kernel(_int8_im2col),
                                     **{f"bf16_{name}": _quantized_conv_kernel(
                                         functools.partial(accumulate, carrier=jnp.bfloat16), accumulate.__doc__)
                                        for name, accumulate in (("conv", _lax_int32), ("taps", _int8_taps),
-                                                                ("im2col", _int8_im2col))}},
+                                                                ("im2col", _int8_im2col))},
+                                    "onednn": _onednn_quantized_conv2d},
+                          requires={"onednn": onednn.available},
                           traits=Traits(layout_sensitive=True, channels=conv2d.traits.channels))
 weight_only_linear = define("weight_only_linear", _weight_only_linear,
                             inputs=[Input("x", rank=_ANY_RANK, dtype="float"), Input("w_q", rank=2),

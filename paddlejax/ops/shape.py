@@ -120,10 +120,11 @@ def _cast(x, *, dtype):
 
 # Their gradients only move elements back: the backward pass reads none of their values.
 reshape = define("reshape", _reshape, inputs=[Input("x")], attrs={"shape": Attr("ints")},
-                 traits=Traits(reshaping=True, channels="reshaped", identity_if=always, saved_for_backward=()))
+                 traits=Traits(reshaping=True, channels="reshaped", identity_if=always, saved_for_backward=(),
+                               commutes_with_quantize=True))
 transpose = define("transpose", _transpose, inputs=[Input("x")], attrs={"perm": Attr("ints")},
                    traits=Traits(identity_if=lambda attrs: tuple(attrs["perm"]) == tuple(range(len(attrs["perm"]))),
-                                 saved_for_backward=()))
+                                 saved_for_backward=(), commutes_with_quantize=True))
 concat = define("concat", _concat, inputs=[Input("x", variadic=True)], attrs={"axis": Attr("int", 0)},
                 traits=Traits(channels="concatenated", identity_if=always, saved_for_backward=()))
 split = define("split", _split, inputs=[Input("x")], outputs=("outs",), multiple_results=True,

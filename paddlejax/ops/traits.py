@@ -62,6 +62,11 @@ class Traits:
       another shape or broadcast (a scalar stays that scalar, a ``[C]`` vector those C values);
     - ``batch_coupled``: an output row depends on other rows of the batch (a bool, or a
       function of the op's attributes, as for training-mode batch norm);
+    - ``commutes_with_quantize``: applied to per-tensor quantized values it gives the quantized
+      result, exactly: each output element is an input element, or the largest of several
+      (transposes, reshapes, max-pooling; a bool or a function of the attributes), so any
+      non-decreasing elementwise map commutes with it. The ``int8_dataflow`` pass moves such
+      ops after a convolution's requantize;
     - ``amp``: the op's class in Paddle's mixed-precision lists (:data:`AMP_CLASSES`);
     - ``weight``: the input holding a quantizable weight (None: not quantizable) and
       ``weight_out_axis`` that weight's output-channel axis (a function of the attributes, or
@@ -89,6 +94,7 @@ class Traits:
     layout_sensitive: bool = False
     reshaping: bool = False
     batch_coupled: bool | Callable[[dict], bool] = False
+    commutes_with_quantize: bool | Callable[[dict], bool] = False
     amp: str = "gray"
     weight: str | None = None
     weight_out_axis: Callable[[dict, int], int | None] | None = None
@@ -143,7 +149,7 @@ def data_format_axis(attrs: dict, rank: int) -> int:
 
 
 _FLAGS = ("pure", "pointwise", "broadcasting", "commutative", "reduction", "layout_sensitive", "reshaping",
-          "batch_coupled")
+          "batch_coupled", "commutes_with_quantize")
 
 OPAQUE = Traits(pure=False)
 """Traits of an op type nobody declared: impure (kept by DCE and CSE), nothing else."""

@@ -125,7 +125,7 @@ def _progress(data, show: bool, desc: str):
 def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterable, algo: str = "hist", *,
                ops: str = "conv2d:depthwise_conv2d:linear:matmul", skip: str = "", weight_bits: int = 8,
                channel_wise: bool = True, act_symmetric: bool = True, bias_correction: bool = False,
-               progress: bool = True,
+               fold_batch_norm: bool = True, progress: bool = True,
                output: str | os.PathLike | None = None, **observer_options) -> Program:
     """The int8 version of a program (or the path of a saved one), calibrated on
     ``calib_data`` with ``algo``; saved to ``output`` when given. ``ops`` and ``skip`` choose
@@ -134,7 +134,10 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
     ``calib_data`` serves only ``bias_correction``);
     ``act_symmetric=False`` quantizes activations asymmetrically (with ``algo="min_max"``);
     ``bias_correction`` adds each layer's mean output shift from int8 weights, measured on
-    ``calib_data`` (which is then read twice), to its bias (:mod:`paddlejax.slim.quant.bias`).
+    ``calib_data`` (which is then read twice), to its bias (:mod:`paddlejax.slim.quant.bias`);
+    ``fold_batch_norm`` first folds inference-mode batch norms into the convolutions and linears
+    before them (PaddleSlim's ``optimize_model``), so that the weights are quantized as they
+    will compute and no float batch norm sits between int8 ops.
     See the module doc for the steps. A layer that no int8 kernel computes (e.g. a matmul of
     an asymmetric activation) stays fake-quantized, in float, with a warning naming it.
 
@@ -158,6 +161,8 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
     if not act_symmetric and algo != "min_max":
         raise ValueError(f"quant_post: asymmetric activations are calibrated by their range: algo='min_max', "
                          f"not {algo!r}")
+    if fold_batch_norm:
+        source = run_passes(source, "fold_conv_bn,fold_linear_bn,dce")
     fake = run_passes(source, [InsertFakeQuant(ops=ops, skip=skip, weight_bits=weight_bits,
                                                act_bits=0 if weight_only else 8, channel_wise=channel_wise,
                                                act_symmetric=act_symmetric)])

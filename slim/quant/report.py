@@ -30,6 +30,7 @@ import numpy as np
 from paddlejax._extras import require
 from paddlejax.ir.core import Op, Program
 from paddlejax.lowering import bind_inputs, run_ops
+from paddlejax.passes import run as run_passes
 from paddlejax.passes.quant import QUANTIZABLE
 
 INT8_OPS = ("quantized_conv2d", "quantized_linear", "quantized_matmul", "weight_only_conv2d", "weight_only_linear")
@@ -86,6 +87,9 @@ def layer_errors(fp32: Program, int8: Program, inputs) -> list[LayerError]:
     (a batch, or a tuple for several inputs), in program order."""
     quantized = _layers(int8, INT8_OPS, (".int8", ".int4"))
     original = _layers(fp32, QUANTIZABLE)
+    if set(quantized) - set(original):  # quant_post folded the batch norms first: compare folded layers
+        fp32 = run_passes(fp32, "fold_conv_bn,fold_linear_bn")
+        original = _layers(fp32, QUANTIZABLE)
     missing = sorted(set(quantized) - set(original))
     if missing:
         raise ValueError(f"layer_errors: {fp32.name} has no float op for the int8 layers {missing}; "

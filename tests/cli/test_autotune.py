@@ -8,7 +8,7 @@ from paddlejax.cli.main import main
 from paddlejax.passes import autotune
 
 MS = {"default": 2.0, "lax_nhwc": 3.0, "im2col": 0.5, "shifted_matmul": 1.0, "winograd": 4.0, "depthwise_shifted": 0.25,
-      "lax_bf16": 0.1}
+      "lax_bf16": 0.1, "onednn": 5.0}
 PLAN_MS = {"NCHW": 9.0, "NCHW, tuned kernels": 7.0, "NHWC": 8.0, "NHWC, tuned kernels": 6.0}
 
 
@@ -34,11 +34,13 @@ def test_autotune_prints_a_row_per_conv_and_saves_the_choices(saved_cnn, tmp_pat
     assert main(["autotune", str(saved_cnn[1]), "--size", "b=2", "--cache", str(cache), "-o", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("<lambda>: 2 conv ops, ") and lines[0].endswith(f"cache {cache}")
-    assert lines[2].split() == ["#", "op", "input", "shapes", "default", "lax_nhwc", "im2col", "shifted_matmul",
-                                "winograd", "depthwise_shifted", "chosen", "from"]
+    # the columns: every candidate of either op (the oneDNN variant where it is built)
+    columns = list(dict.fromkeys(autotune.candidates("conv2d") + autotune.candidates("depthwise_conv2d")))
+    assert {"default", "lax_nhwc", "im2col", "shifted_matmul", "winograd", "depthwise_shifted"} <= set(columns)
+    assert lines[2].split() == ["#", "op", "input", "shapes", *columns, "chosen", "from"]
     # the chosen plan is NHWC, so the rows show the ops in NHWC
-    assert lines[3].split() == ["0", "conv2d", "2x6x6x3,", "4x3x3x3", "2.000", "3.000", "0.500", "1.000", "4.000",
-                                "-", "im2col", "measured"]
+    conv_times = [f"{MS[c]:.3f}" if c in autotune.candidates("conv2d") else "-" for c in columns]
+    assert lines[3].split() == ["0", "conv2d", "2x6x6x3,", "4x3x3x3", *conv_times, "im2col", "measured"]
     assert lines[4].split()[:3] == ["1", "depthwise_conv2d", "2x6x6x4,"] and lines[4].split()[-2:] == [
         "depthwise_shifted", "measured"]
     assert lines[5:11] == ["whole program (argument parameters), median ms:",

@@ -135,6 +135,40 @@ def test_different_convolutions_run_at_once_from_several_threads():
     assert not errors and not any(t.is_alive() for t in threads)
 
 
+def int8(*shape):
+    return jnp.asarray(rng.integers(-127, 128, shape), jnp.int8)
+
+
+@needs_onednn
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("act", [None, "relu", "relu6"])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_int8_convolution_matches_the_reference(data_format, case, act, per_channel):
+    from paddlejax.ops.quant import quantized_conv2d
+
+    xs, ws, attrs = CASES[case]
+    x, w = int8(*xs), int8(*ws)
+    if data_format == "NHWC":
+        x = x.transpose(0, 2, 3, 1)
+    x_scale = jnp.float32(3.0)
+    w_scale = jnp.asarray(rng.uniform(0.5, 2.0, ws[0]) if per_channel else 1.25, jnp.float32)
+    kw = dict(attrs, data_format=data_format, act=act)
+    kernel = jax.jit(lambda *a: quantized_conv2d.variants["onednn"](*a, **kw))
+    for bias in (f32(ws[0]), None):
+        want = quantized_conv2d.kernel(x, w, x_scale, w_scale, bias, **kw)
+        np.testing.assert_allclose(kernel(x, w, x_scale, w_scale, bias), want, rtol=1e-5, atol=1e-3)
+    # requantized to int8 (the int8 dataflow): one level apart at most, where the float
+    # rescale rounds a tie the other way
+    out_scale = jnp.float32(np.abs(np.asarray(want)).max() / 2)  # half the range saturates
+    bias = f32(ws[0])
+    want = quantized_conv2d.kernel(x, w, x_scale, w_scale, bias, out_scale, **kw)
+    got = kernel(x, w, x_scale, w_scale, bias, out_scale)
+    assert got.dtype == want.dtype == jnp.int8
+    diff = np.abs(np.asarray(got, np.int32) - np.asarray(want, np.int32))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+
+
 def test_cases_it_does_not_fit_take_the_reference():
     x, w = jnp.ones((1, 2, 5, 5), jnp.bfloat16), jnp.ones((3, 2, 3, 3), jnp.bfloat16)
     assert not onednn.conv2d_fits(x, w, "NCHW", None)

@@ -537,3 +537,16 @@ def test_shard_map(c):
     got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=P("d")))(*c.args)
     shards = [[np.split(a, n)[s] if i in c.batched else a for i, a in enumerate(c.args)] for s in range(n)]
     assert_close(got, stack([call(c, *s) for s in shards]), 1e-5)
+
+
+def test_max_pooling_of_int8_pads_with_the_lowest_int8():
+    x = -np.arange(1, 17, dtype=np.int8).reshape(1, 1, 4, 4)  # all negative: a zero pad would win
+    y = ops.pool2d(x, pooling_type="max", kernel_size=(2, 2), stride=(2, 2), padding=((1, 1), (1, 1)))
+    assert y.dtype == np.int8
+    np.testing.assert_array_equal(y, ops.pool2d(x.astype(np.float32), pooling_type="max", kernel_size=(2, 2),
+                                                stride=(2, 2), padding=((1, 1), (1, 1))).astype(np.int8))
+
+
+def test_average_pooling_of_integers_is_refused():
+    with pytest.raises(ValueError, match="floating values for average pooling"):
+        ops.pool2d(np.ones((1, 1, 4, 4), np.int8), pooling_type="avg", kernel_size=(2, 2))

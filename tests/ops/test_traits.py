@@ -272,3 +272,40 @@ def test_the_scan_finds_op_names_compared_with_op_type(tmp_path):
     found = {name for name, _ in _compared_op_names(probe)}
     assert found == {"lax.copy_p", "relu", "flatten", "elementwise_sum", "matmul"}
     assert [n for n in found if declared_traits(n) is None] != []
+
+
+# a case of each op that declares it, with its attributes
+_COMMUTES_WITH_QUANTIZE = {
+    "transpose": ({"perm": (0, 2, 3, 1)},), "reshape": ({"shape": (2, -1)},),
+    "pool2d": ({"pooling_type": "max", "kernel_size": (2, 2), "stride": (1, 1), "padding": ((1, 0), (0, 1))},),
+}
+
+
+def test_ops_that_commute_with_quantize_are_the_cases_checked():
+    declared = sorted(n for n, o in registry.all_ops().items() if o.traits.commutes_with_quantize)
+    assert declared == sorted(_COMMUTES_WITH_QUANTIZE)
+    pool = registry.get("pool2d")
+    assert pool.traits.has("commutes_with_quantize", {"pooling_type": "max"})
+    assert not pool.traits.has("commutes_with_quantize", {"pooling_type": "avg"})
+
+
+@pytest.mark.parametrize("name", sorted(_COMMUTES_WITH_QUANTIZE))
+def test_declared_ops_commute_with_per_tensor_quantize(name):
+    from paddlejax.ops.quant import quantize
+
+    op = registry.get(name)
+    x = np.random.default_rng(0).normal(size=(2, 3, 4, 4)).astype(np.float32)
+    scale = np.float32(1.5)
+    for attrs in _COMMUTES_WITH_QUANTIZE[name]:
+        np.testing.assert_array_equal(op(quantize(x, scale), **attrs), quantize(op(x, **attrs), scale))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in LAX_TRAITS.items() if t.commutes_with_quantize))
+def test_declared_lax_ops_commute_with_per_tensor_quantize(name):
+    from paddlejax.ops.quant import quantize
+
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    f = {"transpose": lambda a: jax.lax.transpose(a, (1, 0)), "reshape": lambda a: jax.lax.reshape(a, (3, 2)),
+         "squeeze": lambda a: jax.lax.squeeze(a[None], (0,)),
+         "broadcast_in_dim": lambda a: jax.lax.broadcast_in_dim(a, (4, 2, 3), (1, 2))}[name]
+    np.testing.assert_array_equal(f(quantize(x, np.float32(2.0))), quantize(f(x), np.float32(2.0)))

@@ -84,3 +84,15 @@ def test_layers_left_in_float_are_named_with_the_reason():
     with pytest.warns(UserWarning, match=r"quant_post: matmul at .* stay float \(fake-quantized\): an asymmetric "
                                          r"activation folds its zero point only into a linear or a convolution"):
         pj.slim.quant_post(prog, [batch], algo="min_max", act_symmetric=False, progress=False)
+
+
+def test_batch_norms_are_folded_before_quantizing_unless_asked_not_to(digits):
+    program, calib, x_test = digits.program, digits.calib, digits.x_test
+    assert sum(op.type == "batch_norm" for op in program.walk()) == 3
+    folded = pj.slim.quant_post(program, calib, algo="abs_max", progress=False)
+    kept = pj.slim.quant_post(program, calib, algo="abs_max", fold_batch_norm=False, progress=False)
+    assert not any(op.type == "batch_norm" for op in folded.walk())
+    assert sum(op.type == "batch_norm" for op in kept.walk()) == 3
+    # the weights quantized as they compute: the folded program is as close to float as the other
+    fp32 = np.asarray(program(x_test))
+    assert np.abs(np.asarray(folded(x_test)) - fp32).mean() <= 1.2 * np.abs(np.asarray(kept(x_test)) - fp32).mean()

@@ -1,0 +1,117 @@
+"""int8_dataflow: a quantized convolution requantizes into the next quantized op's int8 input
+through transposes, reshapes and max-pooling; anything else keeps the float round trip."""
+import numpy as np
+import pytest
+
+import paddlejax as pj
+from paddlejax.inference import Config, Predictor
+
+rng = np.random.default_rng(0)
+
+
+def calib(shape, n=3):
+    return [rng.normal(size=shape).astype(np.float32) for _ in range(n)]
+
+
+def quantized(model, shape):
+    model.eval()
+    prog = pj.to_static(model, pj.InputSpec((None, *shape[1:])))
+    return prog, pj.slim.quant_post(prog, calib(shape), progress=False)
+
+
+def kinds(program):
+    return [(op.type, op.result.type.dtype) for op in program.walk() if op.type not in ("param", "return")]
+
+
+def levels_apart(a, b, scale_of_output):
+    return np.abs(np.asarray(a) - np.asarray(b)).max() / scale_of_output * 127
+
+
+def test_the_ir_before_and_after():
+    model = pj.nn.Sequential(pj.nn.Conv2D(3, 8, 3, padding=1), pj.nn.ReLU(), pj.nn.MaxPool2D(2), pj.nn.Flatten(),
+                             pj.nn.Linear(8 * 4 * 4, 5))
+    _, int8 = quantized(model, (4, 3, 8, 8))
+    fused = pj.passes.run(int8, "fuse_bias_act")
+    assert kinds(fused) == [("quantize", "int8"), ("quantized_conv2d", "float32"), ("pool2d", "float32"),
+                            ("reshape", "float32"), ("quantize", "int8"), ("quantized_linear", "float32")]
+    manager = pj.passes.PassManager("int8_dataflow")
+    flowed = manager.run(fused)
+    assert kinds(flowed) == [("quantize", "int8"), ("quantized_conv2d", "int8"), ("pool2d", "int8"),
+                             ("reshape", "int8"), ("quantized_linear", "float32")]
+    conv = next(op for op in flowed.walk() if op.type == "quantized_conv2d")
+    linear = next(op for op in flowed.walk() if op.type == "quantized_linear")
+    assert conv.input("out_scale") is linear.input("x_scale")  # the requantize uses the linear's scale
+    assert manager.records[-1].stats == {"requantized": 1}
+    again = pj.passes.run(flowed, "int8_dataflow")
+    assert str(again) == str(flowed)  # a fixpoint
+    x = calib((6, 3, 8, 8), 1)[0]
+    np.testing.assert_allclose(flowed(x), fused(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_convolution_without_bias_gets_a_zero_bias_before_its_out_scale():
+    model = pj.nn.Sequential(pj.nn.Conv2D(3, 8, 3, padding=1, bias_attr=False), pj.nn.ReLU(),
+                             pj.nn.Conv2D(8, 4, 3, bias_attr=False))
+    _, int8 = quantized(model, (4, 3, 8, 8))
+    flowed = pj.passes.run(int8, "fuse_bias_act,int8_dataflow,dce")
+    conv = next(op for op in flowed.walk() if op.type == "quantized_conv2d")
+    bias = conv.input("bias").producer.attrs["name"]
+    assert bias.endswith(".zero_bias") and not np.asarray(flowed.params[bias]).any()
+    x = calib((2, 3, 8, 8), 1)[0]
+    np.testing.assert_allclose(flowed(x), int8(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("between", ["avg_pool", "residual", "second_reader"])
+def test_what_does_not_commute_with_quantize_stays_float(between):
+    conv = lambda cin, cout: pj.nn.Conv2D(cin, cout, 3, padding=1)  # noqa: E731
+
+    class Net(pj.nn.Layer):
+        def __init__(self):
+            self.a, self.b, self.c = conv(3, 8), conv(8, 8), conv(8, 4)
+
+        def __call__(self, x):
+            h = pj.ops.relu(self.a(x))
+            if between == "avg_pool":
+                return self.c(pj.ops.pool2d(h, pooling_type="avg", kernel_size=(2, 2)))
+            if between == "residual":
+                return self.c(h + self.b(h))
+            return self.c(h) + pj.ops.reduce_mean(h)  # h has a float reader besides the next conv
+
+    _, int8 = quantized(Net(), (4, 3, 8, 8))
+    flowed = pj.passes.run(int8, "fuse_bias_act,int8_dataflow")
+    first = next(op for op in flowed.walk() if op.type == "quantized_conv2d")
+    assert first.result.type.dtype == "float32" and first.input("out_scale") is None
+
+
+def test_a_per_channel_quantize_is_left_alone():
+    w = rng.normal(size=(4, 3, 3, 3)).astype(np.float32)
+
+    def net(p, x):
+        y = pj.ops.quantized_conv2d(pj.ops.quantize(x, p["s"]), p["w"], p["s"], p["ws"], padding=1)
+        return pj.ops.quantize(y, p["cs"], axis=1)
+
+    params = {"s": np.float32(3.0), "w": np.clip(np.round(w * 40), -127, 127).astype(np.int8),
+              "ws": np.ones(4, np.float32), "cs": np.full(4, 20.0, np.float32)}
+    prog = pj.trace(net, pj.InputSpec((None, 3, 6, 6)), params=params)
+    assert str(pj.passes.run(prog, "int8_dataflow")) == str(prog)
+
+
+def test_a_cnn_served_int8_end_to_end():
+    """SmallCNN's shape: three conv -> bn -> relu -> max-pool blocks, then a linear. The Predictor
+    of its int8 program passes int8 from the first quantize to the linear."""
+    layers, cin = [], 3
+    for cout in (8, 16, 32):
+        layers += [pj.nn.Conv2D(cin, cout, 3, padding=1, bias_attr=False), pj.nn.BatchNorm2D(cout), pj.nn.ReLU(),
+                   pj.nn.MaxPool2D(2)]
+        cin = cout
+    pj.nn.seed(0)
+    model = pj.nn.Sequential(*layers, pj.nn.Flatten(), pj.nn.Linear(32 * 2 * 2, 10))
+    fp32, int8 = quantized(model, (8, 3, 16, 16))
+    predictor = Predictor(int8, Config(max_batch_size=8, batch_buckets=(8,), progress=False))
+    ops = kinds(predictor.program)
+    assert ops.count(("quantize", "int8")) == 1 and ops.count(("quantized_conv2d", "int8")) == 3
+    assert ("batch_norm", "float32") not in ops and ops[-1] == ("quantized_linear", "float32")
+    x = calib((8, 3, 16, 16), 1)[0]
+    want = np.asarray(int8(x))
+    np.testing.assert_allclose(predictor(x), want, rtol=0, atol=0.02 * np.abs(want).max())
+    drift = np.abs(predictor(x) - fp32(x)).max() / np.abs(fp32(x)).max()
+    assert drift < 0.1
