@@ -153,24 +153,26 @@ class TuneCache:
         self.path = Path(path)
         self.entries: dict[str, dict] = {}
         self.writable = True
-        self._read()
+        self._stored: set[str] = set()  # keys this process measured: they win when merging
+        self.entries = self._read(warn=True)
 
-    def _read(self) -> None:
+    def _read(self, warn: bool) -> dict:
         try:
             text = self.path.read_text()
         except FileNotFoundError:
-            return
+            return {}
+        ignore = self._ignore if warn else lambda why: None
         try:
             data = json.loads(text)
         except ValueError as e:
-            return self._ignore(f"is not valid JSON ({e}); it will be rewritten")
+            return ignore(f"is not valid JSON ({e}); it will be rewritten") or {}
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
             self.writable = False  # someone else's file: never overwrite it
-            return self._ignore("is not a paddlejax autotune cache; it is left untouched")
+            return ignore("is not a paddlejax autotune cache; it is left untouched") or {}
         if data.get("version") != CACHE_VERSION or not isinstance(data.get("entries"), dict):
-            return self._ignore(f"has version {data.get('version')!r} or no entries (expected version "
-                                f"{CACHE_VERSION}); it will be rewritten")
-        self.entries = data["entries"]
+            return ignore(f"has version {data.get('version')!r} or no entries (expected version "
+                          f"{CACHE_VERSION}); it will be rewritten") or {}
+        return data["entries"]
 
     def _ignore(self, why: str) -> None:
         warnings.warn(f"autotune cache {self.path} {why}", AutotuneCacheWarning, stacklevel=4)
@@ -196,33 +198,54 @@ class TuneCache:
 
     def store(self, key: str, entry: dict) -> None:
         self.entries[key] = entry
+        self._stored.add(key)
 
     def save(self) -> None:
-        """Write the file atomically (a temporary file in the same folder, then a rename)."""
+        """Write the file atomically (a temporary file in the same folder, then a rename),
+        holding a lock on ``<path>.lock`` and merging what other processes wrote since this one
+        read it, so that processes tuning at once keep each other's entries."""
+        import fcntl
+
         if not self.writable:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": self.entries}
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = self._read(warn=False)
+            if not self.writable:  # replaced by someone else's file meanwhile
+                return
+            self.entries = {**merged, **{k: self.entries[k] for k in self._stored}}
+            data = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": self.entries}
+            fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
 
 
 # -- timing ---------------------------------------------------------------------------------
 
-def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: int, deadline: float) -> float:
+def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: int, deadline: float,
+            slower_than: float = math.inf) -> float:
     """Median seconds of ``fn(*args)`` after ``warmup`` calls (the first compiles); stops
-    repeating at ``deadline`` (``time.perf_counter()`` value) after at least one timed run.
+    repeating at ``deadline`` (``time.perf_counter()`` value) after at least one timed run, and
+    once three runs put the median above ``slower_than`` seconds (a candidate that has lost).
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
-    return statistics.median(measure_programs({candidate: fn}, args, warmup=warmup, repeats=repeats,
-                                              deadline=deadline)[candidate])
+    for _ in range(max(warmup, 1)):  # the first call may still compile
+        jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+        if time.perf_counter() > deadline or len(times) >= 3 and statistics.median(times) > slower_than:
+            break
+    return statistics.median(times)
 
 
 def workspace_bytes(candidate: str, signature: dict) -> int:
@@ -285,10 +308,11 @@ class Plan:
 
 
 def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,
-                     deadline: float) -> dict[str, list[float]]:
+                     deadline: float, race: bool = False) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns`` on ``args``, round by round: every round calls each
     once, so that one round's calls share the machine's state; stops at ``deadline`` after at
-    least one round.
+    least one round. With ``race``, from the third round on a function whose median is past
+    :data:`RACE_MARGIN` times the best one's is called no more (its list is shorter).
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
@@ -296,14 +320,32 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
         for _ in range(max(warmup, 1)):  # the first call may still compile
             jax.block_until_ready(fn(*args))
     times: dict[str, list[float]] = {label: [] for label in fns}
-    for _ in range(repeats):
-        for label, fn in fns.items():
+    running = dict(fns)
+    for i in range(repeats):
+        for label, fn in running.items():
             start = time.perf_counter()
             jax.block_until_ready(fn(*args))
             times[label].append(time.perf_counter() - start)
         if time.perf_counter() > deadline:
             break
+        if race and i >= 1:
+            best = min(statistics.median(times[label]) for label in running)
+            running = {k: f for k, f in running.items() if statistics.median(times[k]) <= RACE_MARGIN * best}
     return times
+
+
+def compile_all(builders: dict[str, Callable]) -> dict:
+    """``builders``' results by key, built in threads: XLA compiles without the GIL, so the
+    candidates of one op (or the plans of one program) compile on every core at once.
+
+    >>> compile_all({"a": lambda: 1, "b": lambda: 2})
+    {'a': 1, 'b': 2}
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(builders), os.cpu_count() or 1))) as pool:
+        futures = {k: pool.submit(b) for k, b in builders.items()}
+        return {k: f.result() for k, f in futures.items()}
 
 
 def random_inputs(program: Program, env: dict) -> tuple:
@@ -348,6 +390,47 @@ def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Pr
     return copy
 
 
+# a candidate whose median passes this multiple of the best so far has lost: it stops being timed
+RACE_MARGIN = 1.3
+
+
+def op_class(signature: dict) -> tuple:
+    """What makes conv ops alike for the kernels: type, dtypes, layout, kernel size, stride,
+    groups, and whether the weights are compile-time constants (not the sizes).
+
+    >>> op_class({"op": "conv2d", "shapes": [[8, 3, 32, 32], [16, 3, 3, 3]], "dtypes": ["float32"] * 2,
+    ...           "attrs": {"stride": [1, 1], "data_format": "NCHW"}})
+    ('conv2d', ('float32', 'float32'), 'NCHW', (3, 3), (1, 1), 1, ())
+    """
+    attrs = signature.get("attrs", {})
+    kernel = tuple(signature["shapes"][1][2:]) if len(signature["shapes"]) > 1 else ()
+    return (signature["op"], tuple(signature["dtypes"]), attrs.get("data_format"), kernel,
+            tuple(attrs.get("stride") or ()), attrs.get("groups", 1), tuple(signature.get("constant_operands", ())))
+
+
+def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
+    """For each variant measured on ops of the same :func:`op_class` on this device and jax
+    version, the median of ``default time / its time`` over those ops: the cost model that ranks
+    candidates, refined by every op the cache has measured."""
+    device, version, cls = device_kind(), jax.__version__, op_class(signature)
+    ratios: dict[str, list[float]] = {}
+    for entry in store.entries.values():
+        if not isinstance(entry, dict) or entry.get("device") != device or entry.get("jax") != version:
+            continue
+        times, other = entry.get("times_ms"), entry.get("signature")
+        if not isinstance(times, dict) or not isinstance(other, dict) or not times.get(DEFAULT):
+            continue
+        try:
+            if op_class(other) != cls:
+                continue
+        except (KeyError, TypeError, IndexError):
+            continue
+        for c, t in times.items():
+            if c != DEFAULT and isinstance(t, (int, float)) and t > 0:
+                ratios.setdefault(c, []).append(times[DEFAULT] / t)
+    return {c: statistics.median(r) for c, r in ratios.items()}
+
+
 def decision_table(decisions: list[Decision], reduced_precision: bool = False) -> list[tuple[str, ...]]:
     """Rows of strings, a header first: per decision its op, input shapes, each candidate's
     median ms (``skip``: not timed; ``-``: not a candidate of that op), the choice and whether
@@ -375,7 +458,10 @@ class Autotune(Pass):
     (see the module doc).
 
     ``sizes`` gives symbolic sizes (``b=32``; several as ``b=32:t=8``; others are 1);
-    ``repeats`` timed runs per candidate after ``warmup`` ones; ``max_seconds`` bounds the
+    ``repeats`` timed runs per candidate after ``warmup`` ones (fewer for a candidate that is
+    clearly slower than the best so far); ``top_k`` times only the default and the ``top_k``
+    variants that ran fastest on ops like this one before (by the cache; variants never measured
+    on such ops are always timed; 0: time all); ``max_seconds`` bounds the
     timing of one op (candidates not started by then are skipped; 0: no bound) and of each
     whole-program plan; ``workspace_mb`` skips variants whose :func:`workspace_bytes` exceed it
     (0: no limit); ``reduced_precision`` lets variants that compute in a narrower type
@@ -402,8 +488,9 @@ class Autotune(Pass):
 
     name = "autotune"
     sizes: str = ""
-    repeats: int = 10
-    warmup: int = 2
+    repeats: int = 5
+    warmup: int = 1
+    top_k: int = 3
     max_seconds: float = 10.0
     workspace_mb: float = 0.0
     reduced_precision: bool = False
@@ -485,9 +572,11 @@ class Autotune(Pass):
         cached = entry is not None
         if not cached:
             args = random_inputs(program, env)
-            fns = {plan.label: plan.program.compile(*args, freeze_params=self.frozen) for plan in plans}
+            fns = compile_all({plan.label: functools.partial(plan.program.compile, *args, freeze_params=self.frozen)
+                               for plan in plans})
             deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
-            rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline)
+            rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
+                                      race=True)
             times = {label: 1e3 * statistics.median(t) for label, t in rounds.items()}
             # compared round by round with the program as it is, so that drifts of a shared
             # machine cancel; a plan must win by min_gain to replace it
@@ -518,7 +607,7 @@ class Autotune(Pass):
             entry = store.lookup(key, signature, self._candidates(op.type))
             cached = entry is not None
             if not cached:
-                times = self._time_candidates(op, signature)
+                times = self._time_candidates(op, signature, store)
                 timed = {c: t for c, t in times.items() if t is not None}
                 entry = {"signature": signature, "device": device, "jax": version, "times_ms": times,
                          "chosen": min(timed, key=timed.get)}
@@ -553,10 +642,12 @@ class Autotune(Pass):
         quiet = {"disable": True} if not self.progress or total < PROGRESS_MIN_OPS else {}
         return tqdm(total=total, desc="autotune", unit="op", leave=False, **quiet)
 
-    def _time_candidates(self, op: Op, signature: dict) -> dict[str, float | None]:
+    def _time_candidates(self, op: Op, signature: dict, store: TuneCache) -> dict[str, float | None]:
         """Median milliseconds of each candidate on random inputs of the op's shapes; ``None``
-        for one over the workspace limit or not reached before the op's deadline. The default
-        is always timed, so there is always a choice."""
+        for one over the workspace limit, not reached before the op's deadline, or ranked below
+        ``top_k`` by what the cache measured on ops like this one (:func:`learned_speedups`).
+        The default is always timed, so there is always a choice; a candidate stops being
+        timed once it is clearly slower than the best so far."""
         opdef = registry.get(op.type)
         attrs = _kernel_attrs(signature)
         rng = np.random.default_rng(0)
@@ -572,13 +663,23 @@ class Autotune(Pass):
             return kernel(*operands, **attrs)
 
         limit = self.workspace_mb * 2 ** 20
+        speedups = learned_speedups(store, signature)
+        others = [c for c in self._candidates(op.type) if c != DEFAULT]
+        # never measured on ops like this: first in line; then the fastest so far
+        others.sort(key=lambda c: -speedups.get(c, math.inf))
+        known = [c for c in others if c in speedups]
+        skipped = {c for c in others if limit and workspace_bytes(c, signature) > limit
+                   or self.top_k and c in known[self.top_k:]}
+        timed = [c for c in [DEFAULT, *others] if c not in skipped]
+        fns = compile_all({c: lambda c=c: jax.jit(functools.partial(call, opdef.bind if c == DEFAULT
+                                                                    else opdef.variants[c])).lower(*args).compile()
+                           for c in timed})
         deadline = time.perf_counter() + self.max_seconds if self.max_seconds else math.inf
-        times: dict[str, float | None] = {}
-        for c in self._candidates(op.type):
-            kernel = opdef.bind if c == DEFAULT else opdef.variants[c]
-            if c != DEFAULT and (limit and workspace_bytes(c, signature) > limit or time.perf_counter() > deadline):
-                times[c] = None
+        times: dict[str, float | None] = dict.fromkeys([DEFAULT, *others])
+        for c in timed:
+            if c != DEFAULT and time.perf_counter() > deadline:
                 continue
-            fn = jax.jit(functools.partial(call, kernel))
-            times[c] = 1e3 * measure(c, fn, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline)
+            best = min((t for t in times.values() if t is not None), default=math.inf)
+            times[c] = 1e3 * measure(c, fns[c], args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
+                                     slower_than=RACE_MARGIN * best / 1e3)
         return times

@@ -38,7 +38,7 @@ def timings(monkeypatch):
     """Inject milliseconds per candidate name; ``calls`` lists every candidate timed."""
     calls, table = [], dict(FAST_IM2COL)
 
-    def fake(candidate, fn, args, *, warmup, repeats, deadline):
+    def fake(candidate, fn, args, *, warmup, repeats, deadline, slower_than=None):
         calls.append(candidate)
         return table[candidate] / 1e3
 
@@ -51,7 +51,7 @@ def plan_timings(monkeypatch):
     """Inject milliseconds per plan label; ``calls`` lists the label sets timed."""
     calls, table = [], {}
 
-    def fake(fns, args, *, warmup, repeats, deadline):
+    def fake(fns, args, *, warmup, repeats, deadline, race=False):
         calls.append(sorted(fns))
         for fn in fns.values():  # the plans are real executables
             fn(*args)
@@ -126,9 +126,33 @@ def test_second_run_takes_every_choice_from_the_cache(prog, timings, tmp_path):
 def test_a_new_batch_size_is_a_new_signature(prog, timings, tmp_path):
     tune(prog.clone(), tmp_path / "c.json")
     timings[1].clear()
-    result, _ = tune(prog.clone(), tmp_path / "c.json", sizes="b=4")
+    result, _ = tune(prog.clone(), tmp_path / "c.json", sizes="b=4", top_k=0)  # 0: time every candidate
     assert result.stats["tuned"] == 2
     assert len(timings[1]) == len(autotune.candidates("conv2d")) + len(autotune.candidates("depthwise_conv2d"))
+
+
+def test_ops_like_measured_ones_time_only_the_default_and_the_best_so_far(prog, timings, tmp_path):
+    tune(prog.clone(), tmp_path / "c.json")  # the first op of each class times every candidate
+    timings[1].clear()
+    result, decisions = tune(prog.clone(), tmp_path / "c.json", sizes="b=4", top_k=2)  # same classes, new sizes
+    # FAST_IM2COL: conv2d's two fastest float32 variants were im2col (1 ms) and winograd (2 ms)
+    assert timings[1][:3] == ["default", "im2col", "winograd"]
+    assert timings[1][3:] == ["default", "depthwise_shifted", "im2col"]
+    assert [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
+    assert decisions[0].times_ms["shifted_matmul"] is None  # ranked out: shown as "skip"
+    sig = decisions[0].signature
+    speedups = autotune.learned_speedups(TuneCache(tmp_path / "c.json"), sig)
+    assert speedups["im2col"] == pytest.approx(5.0) and speedups["winograd"] == pytest.approx(2.5)
+
+
+def test_a_candidate_that_has_lost_stops_being_timed():
+    import time
+
+    calls = []
+    slow = lambda x: calls.append(time.sleep(0.01)) or x  # noqa: E731
+    ms = autotune.measure("slow", slow, (np.ones(2),), warmup=1, repeats=10, deadline=float("inf"),
+                          slower_than=0.001)
+    assert len(calls) == 1 + 3 and ms >= 0.01  # the warm-up, then three runs
 
 
 def test_key_depends_on_signature_device_and_jax_version():
@@ -208,7 +232,9 @@ def test_cache_file_is_replaced_atomically(tmp_path):
     store = TuneCache(tmp_path / "sub" / "c.json")
     store.store("k", {"chosen": "default"})
     store.save()
-    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["c.json"]  # no temporary left behind
+    # no temporary left behind; the lock file stays, empty, for the next writer
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["c.json", "c.json.lock"]
+    assert (tmp_path / "sub" / "c.json.lock").stat().st_size == 0
     assert TuneCache(tmp_path / "sub" / "c.json").entries == {"k": {"chosen": "default"}}
 
 
@@ -366,3 +392,52 @@ def test_a_progress_bar_shows_while_many_ops_are_timed(prog, timings, tmp_path, 
     monkeypatch.setattr(autotune, "PROGRESS_MIN_OPS", 3)
     tune(prog.clone(), tmp_path / "few.json")  # below the threshold
     assert capsys.readouterr().err == ""
+
+
+def test_processes_saving_one_cache_keep_each_others_entries(tmp_path):
+    path = tmp_path / "c.json"
+    first, second = TuneCache(path), TuneCache(path)  # both read the empty file
+    first.store("a", {"chosen": "x"})
+    first.save()
+    second.store("b", {"chosen": "y"})
+    second.save()  # merges a in rather than dropping it
+    assert set(TuneCache(path).entries) == {"a", "b"}
+
+
+WRITER = """
+import sys
+from paddlejax.passes.autotune import TuneCache
+cache = TuneCache(sys.argv[1])
+for i in range(20):
+    cache.store(f"{sys.argv[2]}-{i}", {"chosen": "default"})
+    cache.save()
+"""
+
+
+def test_concurrent_writers_lose_nothing_and_leave_valid_json(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.json"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{k}"]) for k in range(4)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    entries = json.loads(path.read_text())["entries"]
+    assert set(entries) == {f"w{k}-{i}" for k in range(4) for i in range(20)}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_plan_that_has_lost_the_race_is_called_no_more():
+    import time
+
+    calls = {"fast": 0, "slow": 0}
+
+    def fn(label, delay):
+        def call(x):
+            calls[label] += 1
+            time.sleep(delay)
+            return x
+        return call
+
+    rounds = autotune.measure_programs({"fast": fn("fast", 0.001), "slow": fn("slow", 0.01)}, (np.ones(2),),
+                                       warmup=1, repeats=8, deadline=float("inf"), race=True)
+    assert len(rounds["fast"]) == 8 and len(rounds["slow"]) == 2 and calls["slow"] == 1 + 2
