@@ -9,7 +9,7 @@ and batch-norm statistics):
 - ``Predictor, XLA kernels``: trace -> ``Predictor`` (frozen, tuned) with the oneDNN variants
   excluded (``autotune{exclude=onednn}``): what the Predictor ran before they existed;
 - ``Predictor``: the default pipeline, the oneDNN kernels among the tuner's candidates;
-- ``Predictor int8``: the program quantized by ``pj.slim.quant_post`` (hist calibration on four
+- ``Predictor int8`` (``--int8`` models): the program quantized by ``pj.slim.quant_post`` (hist calibration on four
   random batches), then the same Predictor (int8 dataflow between the quantized convolutions);
 
 timed side by side (calls interleaved, medians), and the Predictor's creation with an empty
@@ -43,7 +43,7 @@ def pin(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-def ours(models: list[str], batch: int, repeats: int) -> list[dict]:
+def ours(models: list[str], int8_models: list[str], batch: int, repeats: int) -> list[dict]:
     """Rows of the paddlejax side, in this (pinned) process."""
     sys.path.insert(0, str(HERE))
     os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(), "autotune.json")
@@ -84,16 +84,17 @@ def ours(models: list[str], batch: int, repeats: int) -> list[dict]:
         warm = time.perf_counter() - start
         xla = Predictor(program, Config(max_batch_size=batch, batch_buckets=(batch,),
                                         passes=inference_pipeline(autotune={**tune, "exclude": "onednn"})))
-        rng = np.random.default_rng(1)
-        calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
-        int8 = Predictor(pj.slim.quant_post(program, calibration, progress=False),
-                         Config(max_batch_size=batch, batch_buckets=(batch,), progress=False))
+        calls = {"plain JAX": lambda: jax.block_until_ready(plain(x)), "Predictor, XLA kernels": lambda: xla(x),
+                 "Predictor": lambda: predictor(x)}
+        if name in int8_models:
+            rng = np.random.default_rng(1)
+            calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
+            int8 = Predictor(pj.slim.quant_post(program, calibration, progress=False),
+                             Config(max_batch_size=batch, batch_buckets=(batch,), progress=False))
+            calls["Predictor int8"] = lambda: int8(x)
         kernels = sorted({op.attrs.get("kernel") or "default" for op in predictor.program.walk()
                           if op.type in ("conv2d", "depthwise_conv2d")})
-        times = alternate({"plain JAX": lambda: jax.block_until_ready(plain(x)),
-                           "Predictor, XLA kernels": lambda: xla(x), "Predictor": lambda: predictor(x),
-                           "Predictor int8": lambda: int8(x)},
-                          warmup=3, repeats=repeats)
+        times = alternate(calls, warmup=3, repeats=repeats)
         rows.append({"model": name, "ms": times, "cold_s": cold, "warm_s": warm, "kernels": kernels})
     return rows
 
@@ -170,7 +171,7 @@ PADDLE_WORKER = textwrap.dedent('''
 def worker(argv: list[str]) -> int:
     args = json.loads(argv[0])
     pin(args["threads"])
-    print("ROWS " + json.dumps(ours(args["models"], args["batch"], args["repeats"])))
+    print("ROWS " + json.dumps(ours(args["models"], args["int8"], args["batch"], args["repeats"])))
     return 0
 
 
@@ -192,6 +193,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="SmallCNN and the digits CNN at batch 4, few repeats")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--int8", default="SmallCNN,DigitsCNN", help="the models also run int8 (default SmallCNN,DigitsCNN)")
     args = p.parse_args(argv)
     models = ["SmallCNN", "DigitsCNN"] if args.quick else args.models.split(",")
     unknown = set(models) - set(MODELS)
@@ -203,7 +205,7 @@ def main(argv=None) -> int:
         if threads > len(os.sched_getaffinity(0)):
             print(f"skipping {threads} threads: this process may use {len(os.sched_getaffinity(0))} CPUs")
             continue
-        job = {"models": models, "batch": batch, "repeats": repeats, "threads": threads,
+        job = {"models": models, "int8": args.int8.split(","), "batch": batch, "repeats": repeats, "threads": threads,
                "shapes": {k: list(v) for k, v in SHAPES.items()}}
         rows = run_worker(sys.executable, [__file__, "--worker"], job, threads)
         if paddle:
@@ -220,14 +222,15 @@ def main(argv=None) -> int:
 def report(rows: list[dict], threads: int, batch: int, paddle: str | None) -> None:
     print(f"\n{rows[0]['machine']}\n{threads} thread{'s' * (threads > 1)}, batch {batch}, float32, NCHW models; "
           f"oneDNN kernels: {rows[0]['onednn']}" + (f"; {paddle}" if paddle else ""))
-    columns = list(rows[1]["ms"])
+    columns = list(dict.fromkeys(c for row in rows[1:] for c in row["ms"]))
     print(f"{'model':<11}" + "".join(f"{c:>24}" for c in columns) + f"{'fp32 vs best other':>20}"
           f"{'int8 vs fp32':>14}{'created cold / warm':>22}  conv kernels")
     for row in rows[1:]:
         ms = row["ms"]
         best_other = min(v for k, v in ms.items() if not k.startswith("Predictor") or k == "Predictor, XLA kernels")
-        print(f"{row['model']:<11}" + "".join(f"{ms[c]:>21.3f} ms" for c in columns)
-              + f"{best_other / ms['Predictor']:>19.2f}x{ms['Predictor'] / ms['Predictor int8']:>13.2f}x"
+        int8 = f"{ms['Predictor'] / ms['Predictor int8']:.2f}x" if "Predictor int8" in ms else "-"
+        print(f"{row['model']:<11}" + "".join(f"{ms[c]:>21.3f} ms" if c in ms else f"{'-':>24}" for c in columns)
+              + f"{best_other / ms['Predictor']:>19.2f}x{int8:>14}"
               + f"{row['cold_s']:>13.1f} s / {row['warm_s']:.1f} s  {', '.join(row['kernels'])}")
 
 
