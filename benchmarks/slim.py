@@ -5,11 +5,11 @@
    counts that are multiples of 8 (``round_to=8``), and by the simulated-annealing ``AutoPruner``
    (``l1_norm`` within groups; reward: cross-entropy on the last 20 % of the training split,
    never the test split, after 2 epochs of fine-tuning on the rest: accuracy straight after
-   pruning predicted the fine-tuned accuracy badly) with the FLOPs target alone and with a measured 1.5x speed-up target too
-   (``speedup=1.5, round_to=8``); and widths 32/32/120 picked by hand where a latency sweep
-   showed the time goes (the second convolution, at 8x8). Each pruned program is fine-tuned through the Trainer (as a
-   ``ProgramLayer``) on the labels and the unpruned network's soft labels (distillation,
-   temperature 4). Held-out accuracy of each, Predictor latency at batch 32 (frozen, tuned,
+   pruning predicted the fine-tuned accuracy badly) with the FLOPs target alone and with a
+   measured 1.5x speed-up target too (``speedup=1.5, round_to=8``); and widths 32/32/120
+   picked by hand where a latency sweep showed the time goes (the second convolution, at 8x8).
+   Each pruned program is fine-tuned through the Trainer (as a ``ProgramLayer``) on the labels
+   and the unpruned network's soft labels (distillation, temperature 4). Held-out accuracy of each, Predictor latency at batch 32 (frozen, tuned,
    calls interleaved) and saved size.
 2. ResNet-18 (32x32, 10 classes, untrained: latency only) pruned to -50 % FLOPs: Predictor latency.
 3. MobileNetV1 (scale 0.5; 0.25 and 320 images with ``--quick``) on the digits upscaled to 32x32, pruned to -50 % FLOPs uniformly
