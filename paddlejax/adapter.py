@@ -122,6 +122,44 @@ def make_primitive(name: str, kernel, multiple_results: bool = False):
     return bind
 
 
+def make_bilinear_primitive(name: str, kernel, transpose_lhs, transpose_rhs):
+    """Wrap ``kernel(a, b, **params)``, linear in ``a`` and in ``b`` separately (a convolution, a
+    matrix product), as a JAX primitive whose derivatives need no reference kernel: its JVP is
+    the primitive itself on the tangents, and reverse mode calls
+    ``transpose_lhs(ct, b, a_shape, **params)`` for ``a``'s cotangent and
+    ``transpose_rhs(ct, a, b_shape, **params)`` for ``b``'s (as ``lax.conv_general_dilated``
+    declares its own). Batching maps the kernel over the batch. Returns ``bind(a, b, **params)``.
+
+    >>> mul = make_bilinear_primitive("my_mul", lambda a, b: a * b,
+    ...                               lambda ct, b, shape: ct * b, lambda ct, a, shape: ct * a)
+    >>> float(jax.grad(lambda a: mul(a, jax.numpy.float32(3.0)))(jax.numpy.float32(2.0)))
+    3.0
+    """
+    prim = Primitive(name)
+    prim.def_impl(kernel)
+
+    def abstract_eval(a, b, **params):
+        out = jax.eval_shape(functools.partial(kernel, **params), jax.ShapeDtypeStruct(a.shape, a.dtype),
+                             jax.ShapeDtypeStruct(b.shape, b.dtype))
+        return jax.core.ShapedArray(out.shape, out.dtype)
+
+    prim.def_abstract_eval(abstract_eval)
+    mlir.register_lowering(prim, mlir.lower_fun(kernel, multiple_results=False))
+    ad.defbilinear(prim, lambda ct, a, b, **params: transpose_lhs(ct, b, a.aval.shape, **params),
+                   lambda ct, a, b, **params: transpose_rhs(ct, a, b.aval.shape, **params))
+
+    def batch(args, dims, **params):
+        return jax.vmap(functools.partial(kernel, **params), in_axes=tuple(dims))(*args), 0
+
+    batching.primitive_batchers[prim] = batch
+
+    def bind(a, b, **params):
+        return prim.bind(*match_varying((a, b)), **params)
+
+    bind.primitive = prim
+    return bind
+
+
 # ---------------------------------------------------------------------------------------
 # Reading jaxprs
 

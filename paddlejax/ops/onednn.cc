@@ -90,6 +90,32 @@ struct ConvShape {
   bool int8_out = false;                   // ... -> s8 with a runtime dst scale
 };
 
+// The convolution's dimensions in oneDNN's order (activations NCHW-indexed whatever their
+// layout, grouped weights goihw), with the layouts of the program's buffers.
+struct Geometry {
+  memory::dims x, y, w, stride, dil, pad_lo, pad_hi;
+  memory::format_tag act_fmt, w_fmt = memory::format_tag::oihw;
+
+  explicit Geometry(const ConvShape& c)
+      : x(c.nhwc ? memory::dims{c.xd[0], c.xd[3], c.xd[1], c.xd[2]} : Dims(c.xd)),
+        y(c.nhwc ? memory::dims{c.yd[0], c.yd[3], c.yd[1], c.yd[2]} : Dims(c.yd)),
+        w(Dims(c.wd)),
+        stride(Dims(c.stride)),
+        dil{c.dilation[0] - 1, c.dilation[1] - 1},  // oneDNN counts dilation from 0
+        pad_lo(Dims(c.pad_lo)),
+        pad_hi(Dims(c.pad_hi)),
+        act_fmt(c.nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw) {
+    if (c.groups > 1) {
+      w = {c.groups, c.wd[0] / c.groups, c.wd[1], c.wd[2], c.wd[3]};
+      w_fmt = memory::format_tag::goihw;
+    }
+  }
+};
+
+std::unique_ptr<dnnl::reorder> MakeReorder(const memory::desc& from, const memory::desc& to) {
+  return std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
+}
+
 Conv* GetConv(const std::string& key, const ConvShape& c) {
   std::lock_guard<std::mutex> lock(cache_mu);
   auto it = conv_cache.find(key);
@@ -97,24 +123,12 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
   auto conv = std::make_unique<Conv>();
   auto f32 = memory::data_type::f32;
   auto in_type = c.int8 ? memory::data_type::s8 : f32;
-  auto fmt = c.nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw;
-  auto& xd = c.xd;
-  auto& yd = c.yd;
-  auto& wd = c.wd;
-  memory::dims x_dims = c.nhwc ? memory::dims{xd[0], xd[3], xd[1], xd[2]} : Dims(xd);
-  memory::dims y_dims = c.nhwc ? memory::dims{yd[0], yd[3], yd[1], yd[2]} : Dims(yd);
-  memory::dims w_dims = Dims(wd);
-  auto w_fmt = memory::format_tag::oihw;
-  if (c.groups > 1) {
-    w_dims = {c.groups, wd[0] / c.groups, wd[1], wd[2], wd[3]};
-    w_fmt = memory::format_tag::goihw;
-  }
-  memory::dims dil = {c.dilation[0] - 1, c.dilation[1] - 1};  // oneDNN counts dilation from 0
-  conv->src = memory::desc(x_dims, in_type, fmt);
+  Geometry g(c);
+  conv->src = memory::desc(g.x, in_type, g.act_fmt);
   auto out_type = c.int8_out ? memory::data_type::s8 : f32;
-  conv->dst = memory::desc(y_dims, out_type, fmt);
-  conv->user_weights = memory::desc(w_dims, in_type, w_fmt);
-  conv->bias = memory::desc({y_dims[1]}, f32, memory::format_tag::x);
+  conv->dst = memory::desc(g.y, out_type, g.act_fmt);
+  conv->user_weights = memory::desc(g.w, in_type, g.w_fmt);
+  conv->bias = memory::desc({g.y[1]}, f32, memory::format_tag::x);
   dnnl::post_ops ops;
   if (!AppendActivation(ops, c.act, c.alpha)) return nullptr;
   dnnl::primitive_attr attr;
@@ -131,32 +145,29 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
     conv->dst_scale = c.int8_out;
   }
   auto any = memory::format_tag::any;
-  auto src_any = c.nhwc ? conv->src : memory::desc(x_dims, in_type, any);
-  auto dst_any = c.nhwc ? conv->dst : memory::desc(y_dims, out_type, any);
-  auto weights_any = memory::desc(w_dims, in_type, any);
+  auto src_any = c.nhwc ? conv->src : memory::desc(g.x, in_type, any);
+  auto dst_any = c.nhwc ? conv->dst : memory::desc(g.y, out_type, any);
+  auto weights_any = memory::desc(g.w, in_type, any);
   conv->pd = c.has_bias
       ? dnnl::convolution_forward::primitive_desc(Engine(), dnnl::prop_kind::forward_inference,
                                                   algorithm::convolution_direct, src_any, weights_any, conv->bias,
-                                                  dst_any, Dims(c.stride), dil, Dims(c.pad_lo), Dims(c.pad_hi), attr)
+                                                  dst_any, g.stride, g.dil, g.pad_lo, g.pad_hi, attr)
       : dnnl::convolution_forward::primitive_desc(Engine(), dnnl::prop_kind::forward_inference,
                                                   algorithm::convolution_direct, src_any, weights_any, dst_any,
-                                                  Dims(c.stride), dil, Dims(c.pad_lo), Dims(c.pad_hi), attr);
+                                                  g.stride, g.dil, g.pad_lo, g.pad_hi, attr);
   conv->prim = dnnl::convolution_forward(conv->pd);
   conv->scratchpad = memory(conv->pd.scratchpad_desc(), Engine());
-  auto reorder = [](const memory::desc& from, const memory::desc& to) {
-    return std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
-  };
   if (conv->pd.weights_desc() != conv->user_weights) {
     conv->weights = memory(conv->pd.weights_desc(), Engine());
-    conv->reorder = reorder(conv->user_weights, conv->pd.weights_desc());
+    conv->reorder = MakeReorder(conv->user_weights, conv->pd.weights_desc());
   }
   if (conv->pd.src_desc() != conv->src) {
     conv->src_blocked = memory(conv->pd.src_desc(), Engine());
-    conv->src_in = reorder(conv->src, conv->pd.src_desc());
+    conv->src_in = MakeReorder(conv->src, conv->pd.src_desc());
   }
   if (conv->pd.dst_desc() != conv->dst) {
     conv->dst_blocked = memory(conv->pd.dst_desc(), Engine());
-    conv->dst_out = reorder(conv->pd.dst_desc(), conv->dst);
+    conv->dst_out = MakeReorder(conv->pd.dst_desc(), conv->dst);
   }
   return (conv_cache[key] = std::move(conv)).get();
 }
@@ -261,15 +272,143 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                  out_scale.untyped_data());
 }
 
+// The convolution's backward passes, for training: the input's gradient (backward data: from
+// the output's gradient and the weights) and the weights' (backward weights: from the input and
+// the output's gradient). Weights change every step, so they are reordered on every call.
+enum Direction : int64_t { kBackwardData = 0, kBackwardWeights = 1 };
+
+// One buffer of a primitive's: the program's plain layout, and the layout the primitive uses
+// (with a reorder and a staging buffer where they differ).
+struct Operand {
+  int arg;
+  memory::desc user;
+  std::unique_ptr<dnnl::reorder> reorder;
+  memory staged;
+
+  Operand(int arg, const memory::desc& user, const memory::desc& used, bool into)
+      : arg(arg), user(user) {
+    if (used != user) {
+      staged = memory(used, Engine());
+      reorder = into ? MakeReorder(user, used) : MakeReorder(used, user);
+    }
+  }
+};
+
+struct ConvBackward {
+  dnnl::primitive prim;
+  std::vector<Operand> inputs;  // two
+  std::unique_ptr<Operand> output;
+  memory scratchpad;
+  std::mutex mu;
+};
+
+std::unordered_map<std::string, std::unique_ptr<ConvBackward>> backward_cache;
+
+ConvBackward* GetBackward(const std::string& key, const ConvShape& c, Direction direction) {
+  std::lock_guard<std::mutex> lock(cache_mu);
+  auto it = backward_cache.find(key);
+  if (it != backward_cache.end()) return it->second.get();
+  auto f32 = memory::data_type::f32;
+  auto any = memory::format_tag::any;
+  Geometry g(c);
+  memory::desc x(g.x, f32, g.act_fmt), y(g.y, f32, g.act_fmt), w(g.w, f32, g.w_fmt);
+  // channels-last buffers are used in place; channels-first ones through the blocked layout
+  auto x_any = c.nhwc ? x : memory::desc(g.x, f32, any);
+  auto y_any = c.nhwc ? y : memory::desc(g.y, f32, any);
+  auto w_any = memory::desc(g.w, f32, any);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::convolution_forward::primitive_desc hint(Engine(), dnnl::prop_kind::forward_training,
+                                                 algorithm::convolution_direct, x_any, w_any, y_any, g.stride, g.dil,
+                                                 g.pad_lo, g.pad_hi);
+  auto bwd = std::make_unique<ConvBackward>();
+  if (direction == kBackwardData) {
+    dnnl::convolution_backward_data::primitive_desc pd(Engine(), algorithm::convolution_direct, x_any, w_any, y_any,
+                                                       g.stride, g.dil, g.pad_lo, g.pad_hi, hint, attr);
+    bwd->prim = dnnl::convolution_backward_data(pd);
+    bwd->inputs.emplace_back(DNNL_ARG_DIFF_DST, y, pd.diff_dst_desc(), true);
+    bwd->inputs.emplace_back(DNNL_ARG_WEIGHTS, w, pd.weights_desc(), true);
+    bwd->output = std::make_unique<Operand>(DNNL_ARG_DIFF_SRC, x, pd.diff_src_desc(), false);
+    bwd->scratchpad = memory(pd.scratchpad_desc(), Engine());
+  } else {
+    dnnl::convolution_backward_weights::primitive_desc pd(Engine(), algorithm::convolution_direct, x_any, w_any,
+                                                          y_any, g.stride, g.dil, g.pad_lo, g.pad_hi, hint, attr);
+    bwd->prim = dnnl::convolution_backward_weights(pd);
+    bwd->inputs.emplace_back(DNNL_ARG_SRC, x, pd.src_desc(), true);
+    bwd->inputs.emplace_back(DNNL_ARG_DIFF_DST, y, pd.diff_dst_desc(), true);
+    bwd->output = std::make_unique<Operand>(DNNL_ARG_DIFF_WEIGHTS, w, pd.diff_weights_desc(), false);
+    bwd->scratchpad = memory(pd.scratchpad_desc(), Engine());
+  }
+  return (backward_cache[key] = std::move(bwd)).get();
+}
+
+ffi::Error RunBackward(const char* op, const ConvShape& c, Direction direction, const void* a, const void* b,
+                       void* out) {
+  ConvBackward* bwd;
+  try {
+    bwd = GetBackward(Key({c.xd, c.wd, c.yd, c.stride, c.pad_lo, c.pad_hi, c.dilation},
+                          {c.groups, c.nhwc, direction}),
+                      c, direction);
+  } catch (const dnnl::error& e) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": " + e.what());
+  }
+  try {
+    dnnl::stream stream(Engine());
+    std::lock_guard<std::mutex> lock(bwd->mu);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SCRATCHPAD, bwd->scratchpad}};
+    const void* data[2] = {a, b};
+    for (int i = 0; i < 2; ++i) {
+      Operand& in = bwd->inputs[i];
+      memory user(in.user, Engine(), const_cast<void*>(data[i]));
+      if (in.reorder) in.reorder->execute(stream, user, in.staged);
+      args[in.arg] = in.reorder ? in.staged : user;
+    }
+    Operand& o = *bwd->output;
+    memory user(o.user, Engine(), out);
+    args[o.arg] = o.reorder ? o.staged : user;
+    bwd->prim.execute(stream, args);
+    if (o.reorder) o.reorder->execute(stream, o.staged, user);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ffi::Error::Internal(std::string(op) + ": " + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+// dx from dy and the weights
+ffi::Error Conv2dBackwardDataImpl(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> dx,
+                                  ffi::Span<const int64_t> stride, ffi::Span<const int64_t> pad_lo,
+                                  ffi::Span<const int64_t> pad_hi, ffi::Span<const int64_t> dilation,
+                                  int64_t groups, bool nhwc) {
+  ConvShape c{dx->dimensions(), w.dimensions(), dy.dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
+              false, kNone, 0.f};
+  return RunBackward("oneDNN conv2d backward data", c, kBackwardData, dy.untyped_data(), w.untyped_data(),
+                     dx->untyped_data());
+}
+
+// dw from x and dy
+ffi::Error Conv2dBackwardWeightsImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> dy,
+                                     ffi::ResultBuffer<ffi::F32> dw, ffi::Span<const int64_t> stride,
+                                     ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
+                                     ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc) {
+  ConvShape c{x.dimensions(), dw->dimensions(), dy.dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
+              false, kNone, 0.f};
+  return RunBackward("oneDNN conv2d backward weights", c, kBackwardWeights, x.untyped_data(), dy.untyped_data(),
+                     dw->untyped_data());
+}
+
 }  // namespace
 
-#define CONV_ATTRS                                     \
+#define CONV_GEOMETRY                                  \
   Attr<ffi::Span<const int64_t>>("stride")             \
       .Attr<ffi::Span<const int64_t>>("pad_lo")        \
       .Attr<ffi::Span<const int64_t>>("pad_hi")        \
       .Attr<ffi::Span<const int64_t>>("dilation")      \
       .Attr<int64_t>("groups")                         \
-      .Attr<bool>("nhwc")                              \
+      .Attr<bool>("nhwc")
+
+#define CONV_ATTRS                                     \
+  CONV_GEOMETRY                                        \
       .Attr<bool>("has_bias")                          \
       .Attr<int64_t>("act")                            \
       .Attr<float>("alpha")
@@ -302,3 +441,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
                                   .CONV_ATTRS);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2dBackwardData, Conv2dBackwardDataImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .CONV_GEOMETRY);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2dBackwardWeights, Conv2dBackwardWeightsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .CONV_GEOMETRY);

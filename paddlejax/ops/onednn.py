@@ -27,10 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from paddlejax import adapter
+
 # Activation codes, as the C++ side numbers them.
 _ACTS = {None: 0, "relu": 1, "leaky_relu": 2, "relu6": 3, "sigmoid": 4, "tanh": 5, "gelu": 6, "gelu_tanh": 7,
          "silu": 8, "hard_swish": 9}
 _TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d",
+            "paddlejax_onednn_conv2d_backward_data": "PaddlejaxOnednnConv2dBackwardData",
+            "paddlejax_onednn_conv2d_backward_weights": "PaddlejaxOnednnConv2dBackwardWeights",
             "paddlejax_onednn_quantized_conv2d": "PaddlejaxOnednnQuantizedConv2d",
             "paddlejax_onednn_requantized_conv2d": "PaddlejaxOnednnRequantizedConv2d"}
 
@@ -107,9 +111,10 @@ def conv2d_fits(x, w, data_format: str, act) -> bool:
 
 def conv2d(x, w, bias, *, stride, pads, dilation, groups, data_format, act=None, act_alpha=None):
     """``act(conv(x, w) + bias)`` by oneDNN, with Paddle's ``[out_c, in_c / groups, kh, kw]``
-    weight and explicit ``pads`` ``((top, bottom), (left, right))``; differentiable (the
-    derivative is XLA's) and batchable. Callers check :func:`conv2d_fits`; where the kernels
-    are not :func:`available`, a RuntimeError says why."""
+    weight and explicit ``pads`` ``((top, bottom), (left, right))``. Differentiable in forward and
+    reverse mode, to any order, by oneDNN's backward-data and backward-weights kernels (training
+    runs them), and batchable. Callers check :func:`conv2d_fits`; where the kernels are not
+    :func:`available`, a RuntimeError says why."""
     if not available():
         raise RuntimeError(f"oneDNN conv2d: {unavailable_reason()}")
     config = _config(stride, pads, dilation, groups, data_format, act, act_alpha)
@@ -118,31 +123,33 @@ def conv2d(x, w, bias, *, stride, pads, dilation, groups, data_format, act=None,
     return _conv2d(config, x, w, bias, True)
 
 
-def _reference(config, x, w, bias, has_bias):
-    from paddlejax.ops.activation import fused_activation
+def _attrs(geometry) -> dict:
+    stride, pads, dilation, groups, fmt = geometry
+    return dict(stride=np.array(stride, np.int64), pad_lo=np.array([p[0] for p in pads], np.int64),
+                pad_hi=np.array([p[1] for p in pads], np.int64), dilation=np.array(dilation, np.int64),
+                groups=np.int64(groups), nhwc=fmt == "NHWC")
 
-    stride, pads, dilation, groups, fmt, act, alpha = config
-    y = jax.lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dilation,
-                                     dimension_numbers=(fmt, "OIHW", fmt), feature_group_count=groups)
-    if has_bias:
-        y = y + (bias[:, None, None] if fmt == "NCHW" else bias)
-    return fused_activation(y, act, alpha)
+
+def _out_shape(geometry, x_shape, w_shape) -> tuple:
+    stride, pads, dilation, _, fmt = geometry
+    spatial = x_shape[2:] if fmt == "NCHW" else x_shape[1:3]
+    out_hw = [(size + lo + hi - d * (k - 1) - 1) // s + 1
+              for size, (lo, hi), d, k, s in zip(spatial, pads, dilation, w_shape[2:], stride)]
+    return (x_shape[0], w_shape[0], *out_hw) if fmt == "NCHW" else (x_shape[0], *out_hw, w_shape[0])
+
+
+def _ffi(target, shape, dtype, *operands, **attrs):
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, dtype), vmap_method="sequential")
+    return call(*operands, **attrs)
 
 
 def _call(target, config, *operands, has_bias, dtype=jnp.float32):
     """The FFI call of ``target`` on ``operands`` (x first, weight second) with ``config``'s
     attributes; the output is ``dtype``, of the convolution's shape."""
-    stride, pads, dilation, groups, fmt, act, alpha = config
+    geometry, (act, alpha) = config[:5], config[5:]
     x, w = operands[:2]
-    spatial = x.shape[2:] if fmt == "NCHW" else x.shape[1:3]
-    out_hw = [(size + lo + hi - d * (k - 1) - 1) // s + 1
-              for size, (lo, hi), d, k, s in zip(spatial, pads, dilation, w.shape[2:], stride)]
-    shape = (x.shape[0], w.shape[0], *out_hw) if fmt == "NCHW" else (x.shape[0], *out_hw, w.shape[0])
-    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, dtype), vmap_method="sequential")
-    return call(*operands, stride=np.array(stride, np.int64), pad_lo=np.array([p[0] for p in pads], np.int64),
-                pad_hi=np.array([p[1] for p in pads], np.int64), dilation=np.array(dilation, np.int64),
-                groups=np.int64(groups), nhwc=fmt == "NHWC", has_bias=bool(has_bias),
-                act=np.int64(_ACTS[act]), alpha=np.float32(alpha))
+    return _ffi(target, _out_shape(geometry, x.shape, w.shape), dtype, *operands, **_attrs(geometry),
+                has_bias=bool(has_bias), act=np.int64(_ACTS[act]), alpha=np.float32(alpha))
 
 
 def _config(stride, pads, dilation, groups, data_format, act, act_alpha) -> tuple:
@@ -150,16 +157,78 @@ def _config(stride, pads, dilation, groups, data_format, act, act_alpha) -> tupl
             0.01 if act_alpha is None else float(act_alpha))
 
 
+# The plain convolution and its two backward passes, as bilinear primitives that transpose into
+# one another (as XLA's convolution does), so that gradients of any order run oneDNN's kernels.
+def _forward_kernel(x, w, *, geometry):
+    return _call("paddlejax_onednn_conv2d", (*geometry, None, 0.0), x, w, jnp.zeros((w.shape[0],), x.dtype),
+                 has_bias=False)
+
+
+def _backward_data_kernel(dy, w, *, geometry, x_shape):
+    return _ffi("paddlejax_onednn_conv2d_backward_data", x_shape, dy.dtype, dy, w, **_attrs(geometry))
+
+
+def _backward_weights_kernel(x, dy, *, geometry, w_shape):
+    return _ffi("paddlejax_onednn_conv2d_backward_weights", w_shape, x.dtype, x, dy, **_attrs(geometry))
+
+
+_conv = adapter.make_bilinear_primitive(
+    "onednn_conv2d", _forward_kernel,
+    lambda ct, w, x_shape, *, geometry: _backward_data(ct, w, geometry=geometry, x_shape=tuple(x_shape)),
+    lambda ct, x, w_shape, *, geometry: _backward_weights(x, ct, geometry=geometry, w_shape=tuple(w_shape)))
+_backward_data = adapter.make_bilinear_primitive(
+    "onednn_conv2d_backward_data", _backward_data_kernel,
+    lambda ct, w, dy_shape, *, geometry, x_shape: _conv(ct, w, geometry=geometry),
+    lambda ct, dy, w_shape, *, geometry, x_shape: _backward_weights(ct, dy, geometry=geometry,
+                                                                    w_shape=tuple(w_shape)))
+_backward_weights = adapter.make_bilinear_primitive(
+    "onednn_conv2d_backward_weights", _backward_weights_kernel,
+    lambda ct, dy, x_shape, *, geometry, w_shape: _backward_data(dy, ct, geometry=geometry,
+                                                                 x_shape=tuple(x_shape)),
+    lambda ct, x, dy_shape, *, geometry, w_shape: _conv(x, ct, geometry=geometry))
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 4))
 def _conv2d(config, x, w, bias, has_bias):
     return _call("paddlejax_onednn_conv2d", config, x, w, bias, has_bias=has_bias)
 
 
-@_conv2d.defjvp
+def _activation_slope(act, alpha, y):
+    """The fused activation's derivative, read from its output ``y`` where that determines it
+    (None for the others)."""
+    if act == "relu" or act == "leaky_relu" and alpha == 0:
+        return y > 0
+    if act == "leaky_relu" and alpha > 0:
+        return jnp.where(y > 0, 1.0, alpha).astype(y.dtype)
+    if act == "relu6":
+        return (y > 0) & (y < 6)
+    return None
+
+
+@functools.partial(_conv2d.defjvp, symbolic_zeros=True)
 def _conv2d_jvp(config, has_bias, primals, tangents):
-    y = _conv2d(config, *primals, has_bias)
-    _, dy = jax.jvp(lambda *a: _reference(config, *a, has_bias), primals, tangents)
-    return y, dy
+    from paddlejax.ops.activation import fused_activation
+
+    x, w, bias = primals
+    dx, dw, dbias = tangents
+    geometry, (act, alpha) = config[:5], config[5:]
+    zero = jax.custom_derivatives.SymbolicZero
+    parts = []
+    if not isinstance(dx, zero):
+        parts.append(_conv(dx, w, geometry=geometry))
+    if not isinstance(dw, zero):
+        parts.append(_conv(x, dw, geometry=geometry))
+    if has_bias and not isinstance(dbias, zero):
+        parts.append(dbias[:, None, None] if geometry[4] == "NCHW" else dbias)
+    y = _conv2d(config, x, w, bias, has_bias)
+    dz = functools.reduce(jnp.add, parts) if parts else jnp.zeros_like(y)
+    if act is None:
+        return y, jnp.broadcast_to(dz, y.shape)
+    slope = _activation_slope(act, alpha, y)
+    if slope is not None:
+        return y, dz * slope
+    z = _conv2d((*geometry, None, alpha), x, w, bias, has_bias)
+    return jax.jvp(lambda z: fused_activation(z, act, alpha), (z,), (jnp.broadcast_to(dz, z.shape),))
 
 
 def quantized_conv2d_fits(x_q, w_q, w_scale, data_format: str, act) -> bool:

@@ -72,21 +72,62 @@ def test_new_weights_of_the_same_shape_are_used_every_call():
         del w
 
 
+def _nhwc(x, data_format):
+    return x.transpose(0, 2, 3, 1) if data_format == "NHWC" else x
+
+
 @needs_onednn
-def test_gradients_and_vmap_are_those_of_the_reference():
-    x, w, b = f32(2, 3, 6, 6), f32(4, 3, 3, 3), f32(4)
-    kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), data_format="NCHW", groups=1, act="relu")
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("act", [None, "relu", "leaky_relu", "relu6", "gelu"])
+def test_gradients_are_those_of_the_reference(data_format, case, act):
+    # relu and its kin take their slope from the fused output, the others from the output
+    # before the activation; strides that leave input rows uncovered need zeros there
+    shape, wshape, attrs = CASES[case]
+    x, w, b = _nhwc(f32(*shape), data_format), f32(*wshape), f32(wshape[0])
+    kw = dict(attrs, data_format=data_format, act=act)
 
     def loss(kernel):
-        return lambda x, w, b: jnp.sum(kernel(x, w, b, **kw) ** 2)
+        return lambda x, w, b: jnp.sum(jnp.sin(kernel(x, w, b, **kw)))
 
     want = jax.grad(loss(conv2d.kernel), argnums=(0, 1, 2))(x, w, b)
     got = jax.jit(jax.grad(loss(conv2d.variants["onednn"]), argnums=(0, 1, 2)))(x, w, b)
-    for g, r in zip(got, want):
-        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    for name, g, r in zip("xwb", got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4, err_msg=f"d/d{name}")
+
+
+@needs_onednn
+def test_reverse_mode_runs_the_onednn_backward_kernels():
+    x, w = f32(2, 3, 6, 6), f32(4, 3, 3, 3)
+    kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), data_format="NCHW", groups=1)
+    hlo = jax.jit(jax.grad(lambda x, w: jnp.sum(conv2d.variants["onednn"](x, w, **kw) ** 2), argnums=(0, 1))
+                  ).lower(x, w).as_text()
+    for target in ("paddlejax_onednn_conv2d", "paddlejax_onednn_conv2d_backward_data",
+                   "paddlejax_onednn_conv2d_backward_weights"):
+        assert f"custom_call @{target}(" in hlo
+    assert "convolution" not in hlo  # no XLA convolution left
+
+
+@needs_onednn
+def test_forward_mode_second_order_and_vmap_are_those_of_the_reference():
+    x, w, b = f32(2, 3, 6, 6), f32(4, 3, 3, 3), f32(4)
+    kw = dict(stride=(2, 1), padding=((1, 1), (0, 1)), dilation=(1, 1), data_format="NCHW", groups=1, act="tanh")
+    ours, ref = conv2d.variants["onednn"], conv2d.kernel
+    tangents = (f32(*x.shape), f32(*w.shape), f32(4))
+    for got, want in zip(jax.jvp(lambda *a: ours(*a, **kw), (x, w, b), tangents),
+                         jax.jvp(lambda *a: ref(*a, **kw), (x, w, b), tangents)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    def hvp(kernel):  # a Hessian-vector product: forward over reverse, through every transpose
+        grad = jax.grad(lambda x, w: jnp.sum(kernel(x, w, b, **kw) ** 3), argnums=(0, 1))
+        return jax.jvp(grad, (x, w), tangents[:2])[1]
+
+    for got, want in zip(jax.jit(lambda: hvp(ours))(), hvp(ref)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     xs = f32(3, 2, 3, 6, 6)  # a vmapped axis in front of the batch
-    batched = jax.vmap(lambda x: conv2d.variants["onednn"](x, w, b, **kw))(xs)
-    np.testing.assert_allclose(batched, jax.vmap(lambda x: conv2d.kernel(x, w, b, **kw))(xs), rtol=1e-4, atol=1e-4)
+    batched = jax.vmap(jax.grad(lambda x: jnp.sum(ours(x, w, b, **kw) ** 2)))(xs)
+    np.testing.assert_allclose(batched, jax.vmap(jax.grad(lambda x: jnp.sum(ref(x, w, b, **kw) ** 2)))(xs),
+                               rtol=1e-4, atol=1e-4)
 
 
 @needs_onednn
