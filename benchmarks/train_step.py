@@ -6,7 +6,9 @@ All comparisons run side by side in one process (alternating calls, medians):
    same paddlejax.nn model (the digits CNN) and data;
 2. eager (un-jitted) forward of paddlejax.nn layers vs the same Flax NNX layers (NHWC both);
 3. ResNet-18 for 32x32 inputs (3x3 stem, no max-pool, 64/128/256/512), batch 64, SGD with
-   momentum: Trainer step in float32 and with bf16 AMP, beside the same network in plain Flax
+   momentum: Trainer step in float32, with bf16 AMP, and in float32 with ``passes=[autotune]``
+   (kernels chosen for training, oneDNN's among them; tuned from a cold cache during the first
+   step, whose time includes the tuning), beside the same network in plain Flax
    NNX + ``jax.jit`` (Flax's default initialisers), all on one fixed batch; the losses after
    ``--steps`` steps show what Paddle's initialisers change.
 
@@ -16,7 +18,9 @@ All comparisons run side by side in one process (alternating calls, medians):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
 
 import jax
@@ -151,18 +155,20 @@ def count_params(model) -> int:
     return sum(int(np.size(v)) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def resnet18(batch: int, steps: int, widths: tuple, image: int) -> dict:
+def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str) -> dict:
     """Step times and loss curves on one fixed batch (the same batch for every run)."""
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(batch, image, image, 3)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 10, batch), jnp.int32)
     runs, times, losses, params = {}, {}, {}, {}
-    for amp in (None, "bf16"):
+    autotune = pj.passes.get_pass("autotune", cache=tune_cache, progress=False)
+    for name, amp, passes in (("Trainer fp32", None, []), ("Trainer bf16", "bf16", []),
+                              ("Trainer fp32 tuned", None, [autotune])):
         nn.seed(0)
         model = ResNet18(widths=widths)
         params["paddlejax.nn"] = count_params(model)
-        trainer = pj.Trainer(model, optax.sgd(0.1, momentum=0.9), amp=amp, progress=False)
-        runs[f"Trainer {amp or 'fp32'}"] = lambda t=trainer: t.train_batch([x], y)
+        trainer = pj.Trainer(model, optax.sgd(0.1, momentum=0.9), amp=amp, progress=False, passes=passes)
+        runs[name] = lambda t=trainer: t.train_batch([x], y)
     flax_model = FlaxResNet18(widths=widths)
     params["flax"] = count_params(flax_model)
     optimizer = nnx.Optimizer(flax_model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
@@ -211,16 +217,17 @@ def main(argv=None) -> int:
 
     widths, batch, image = ((8, 16, 16, 32), 8, 16) if quick else ((64, 128, 256, 512), 64, 32)
     steps = 3 if quick else args.steps
-    r = resnet18(batch, steps, widths, image)
+    with tempfile.TemporaryDirectory() as folder:  # a cold tuning cache: "first ms" includes the tuning
+        r = resnet18(batch, steps, widths, image, os.path.join(folder, "autotune.json"))
     print(f"3. ResNet-18 ({r['params']['paddlejax.nn'] / 1e6:.2f} M parameters; Flax copy "
           f"{r['params']['flax'] / 1e6:.2f} M), {image}x{image}, batch {batch}, SGD momentum, {steps} steps "
           "on one fixed batch")
-    print(f"   {'run':18s} {'step ms':>9s} {'first ms':>9s} {'loss@1':>8s} {'loss@' + str(steps):>9s}")
+    print(f"   {'run':20s} {'step ms':>9s} {'first ms':>9s} {'loss@1':>8s} {'loss@' + str(steps):>9s}")
     for k in r["step_ms"]:
-        print(f"   {k:18s} {r['step_ms'][k]:9.0f} {r['first_ms'][k]:9.0f} {r['losses'][k][0]:8.4f} "
+        print(f"   {k:20s} {r['step_ms'][k]:9.0f} {r['first_ms'][k]:9.0f} {r['losses'][k][0]:8.4f} "
               f"{r['losses'][k][-1]:9.4f}")
     base = r["step_ms"]["Flax + jax.jit"]
-    for k in ("Trainer fp32", "Trainer bf16"):
+    for k in ("Trainer fp32", "Trainer bf16", "Trainer fp32 tuned"):
         print(f"   ratio {k} / Flax + jax.jit = {r['step_ms'][k] / base:.3f}")
     print("   other frameworks on this 2-core CPU, measured separately (not by this script): PyTorch 2.13 "
           "eager 1,219 ms, torch.compile 1,095 ms, Paddle 3.3.1 dygraph 4,204 ms, Flax + jax.jit 1,983 ms")

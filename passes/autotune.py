@@ -363,6 +363,31 @@ def random_inputs(program: Program, env: dict) -> tuple:
     return tuple(jax.tree_util.tree_unflatten(program.in_tree, leaves))
 
 
+def gradient_step(program: Program, training: bool = False) -> Callable:
+    """``f(params, *inputs)``: the sum of ``program``'s float outputs (of a ``training``-mode
+    capture, its outputs without the state updates) and its gradient with respect to the float
+    parameters: what the autotuner times to choose kernels for training.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda p, x: x @ p["w"], jnp.ones((1, 2)), params={"w": jnp.eye(2)})
+    >>> loss, grads = gradient_step(prog)(prog.params, jnp.ones((1, 2)))
+    >>> float(loss), grads["w"].tolist()
+    (2.0, [[1.0, 1.0], [1.0, 1.0]])
+    """
+    def loss(weights, fixed, *inputs):
+        out = program.apply({**fixed, **weights}, *inputs)
+        out = out[0] if training else out
+        return sum(jax.numpy.sum(leaf) for leaf in jax.tree_util.tree_leaves(out)
+                   if jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating))
+
+    def step(params, *inputs):
+        floating = {k: v for k, v in params.items() if jax.numpy.issubdtype(v.dtype, jax.numpy.floating)}
+        fixed = {k: v for k, v in params.items() if k not in floating}
+        return jax.value_and_grad(loss)(floating, fixed, *inputs)
+
+    return step
+
+
 def _without_kernels(program: Program) -> Program:
     bare = program.clone()
     rewriter = Rewriter(bare)
@@ -396,7 +421,8 @@ RACE_MARGIN = 1.3
 
 def op_class(signature: dict) -> tuple:
     """What makes conv ops alike for the kernels: type, dtypes, layout, kernel size, stride,
-    groups, and whether the weights are compile-time constants (not the sizes).
+    groups, whether the weights are compile-time constants and whether the backward pass is
+    timed too (not the sizes).
 
     >>> op_class({"op": "conv2d", "shapes": [[8, 3, 32, 32], [16, 3, 3, 3]], "dtypes": ["float32"] * 2,
     ...           "attrs": {"stride": [1, 1], "data_format": "NCHW"}})
@@ -405,7 +431,8 @@ def op_class(signature: dict) -> tuple:
     attrs = signature.get("attrs", {})
     kernel = tuple(signature["shapes"][1][2:]) if len(signature["shapes"]) > 1 else ()
     return (signature["op"], tuple(signature["dtypes"]), attrs.get("data_format"), kernel,
-            tuple(attrs.get("stride") or ()), attrs.get("groups", 1), tuple(signature.get("constant_operands", ())))
+            tuple(attrs.get("stride") or ()), attrs.get("groups", 1), tuple(signature.get("constant_operands", ())),
+            *(("training",) if signature.get("training") else ()))
 
 
 def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
@@ -457,7 +484,10 @@ class Autotune(Pass):
     """Pick the fastest kernel of every conv op on this device, then the fastest whole program
     (see the module doc).
 
-    ``sizes`` gives symbolic sizes (``b=32``; several as ``b=32:t=8``; others are 1);
+    ``sizes`` gives symbolic sizes (``b=32``; several as ``b=32:t=8``; others are those of the
+    :class:`PassContext`, as a :class:`~paddlejax.Trainer` gives its first batch's, else 1);
+    in a training program (``PassContext.training``, as the Trainer runs its ``passes``) ops and
+    plans are timed forward and backward, so the choices are those for training;
     ``repeats`` timed runs per candidate after ``warmup`` ones (fewer for a candidate that is
     clearly slower than the best so far); ``top_k`` times only the default and the ``top_k``
     variants that ran fastest on ops like this one before (by the cache; variants never measured
@@ -526,10 +556,10 @@ class Autotune(Pass):
             variant = program.clone()
             if layout != current:
                 ConvertLayout(to=layout).apply(variant, PassContext())
-            tried[layout] = self.decide(variant, store)
+            tried[layout] = self.decide(variant, store, ctx)
             plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels))
                       for kernels in self._kernel_options(tried[layout])]
-        plans_cached = len(plans) > 1 and self._choose(program, plans, store)
+        plans_cached = len(plans) > 1 and self._choose(program, plans, store, ctx)
         if any(not d.cached for ds in tried.values() for d in ds) or len(plans) > 1 and not plans_cached:
             store.save()
         chosen = plans[0]
@@ -539,7 +569,7 @@ class Autotune(Pass):
             rewriter.changed = True
         # every choice is in the cache by now; the plan's own decisions say which were measured
         decisions = [dataclasses.replace(d, cached=timed.cached) for d, timed in
-                     zip(self.decide(program, store), tried[chosen.layout])]
+                     zip(self.decide(program, store, ctx), tried[chosen.layout])]
         _annotate(rewriter, decisions, chosen.kernels)
         ctx.cache["autotune"] = decisions
         ctx.cache["autotune_plans"] = plans
@@ -556,24 +586,31 @@ class Autotune(Pass):
             return (False,)
         return (False, True) if self.check else (True,)
 
-    def _choose(self, program: Program, plans: list[Plan], store: TuneCache) -> bool:
+    def _choose(self, program: Program, plans: list[Plan], store: TuneCache, ctx: PassContext) -> bool:
         """Sort ``plans`` fastest first, each with its milliseconds, from ``store`` or timed
-        (and stored); returns whether they came from the cache."""
-        env = size_env(program, parse_sizes(self.sizes))
+        (and stored); returns whether they came from the cache. A training program
+        (``ctx.training``) is timed as a gradient step (:func:`gradient_step`)."""
+        env, training = self._sizes(program, ctx), ctx.training
         labels = [p.label for p in plans]
         # each plan's text holds its kernel choices: new choices (a kernel excluded, or newly
         # available) are new plans to time
         signature = {"program": hashlib.sha256(str(_without_kernels(program)).encode()).hexdigest(),
                      "sizes": dict(sorted(env.items())), "frozen": self.frozen,
                      "reduced_precision": self.reduced_precision, "plans": labels,
+                     **({"training": True} if training else {}),
                      "kernels": [hashlib.sha256(str(p.program).encode()).hexdigest()[:16] for p in plans]}
         key = cache_key(signature, device_kind(), jax.__version__)
         entry = store.lookup(key, signature, labels)
         cached = entry is not None
         if not cached:
             args = random_inputs(program, env)
-            fns = compile_all({plan.label: functools.partial(plan.program.compile, *args, freeze_params=self.frozen)
-                               for plan in plans})
+            if training:
+                args = (program.params, *args)
+                fns = compile_all({plan.label: lambda p=plan.program: jax.jit(gradient_step(p, True)).lower(*args).compile()
+                                   for plan in plans})
+            else:
+                fns = compile_all({plan.label: functools.partial(plan.program.compile, *args,
+                                                                 freeze_params=self.frozen) for plan in plans})
             deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
             rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
                                       race=True)
@@ -594,12 +631,15 @@ class Autotune(Pass):
         plans.sort(key=lambda p: (p.label != entry["chosen"], p.ms))
         return cached
 
-    def decide(self, program: Program, store: TuneCache) -> list[Decision]:
-        """A decision for every tunable op of ``program``, from ``store`` or measured (and stored)."""
-        env = size_env(program, parse_sizes(self.sizes))
+    def decide(self, program: Program, store: TuneCache, ctx: PassContext | None = None) -> list[Decision]:
+        """A decision for every tunable op of ``program``, from ``store`` or measured (and stored);
+        in a training program (``ctx.training``) each op's forward and backward pass are timed
+        together."""
+        ctx = ctx or PassContext()
+        env, training = self._sizes(program, ctx), ctx.training
         device, version = device_kind(), jax.__version__
         ops = [op for op in program.walk() if op.type in TUNABLE]
-        signatures = [self._signature(op, env) for op in ops]
+        signatures = [self._signature(op, env, training) for op in ops]
         keys = [cache_key(signature, device, version) for signature in signatures]
         bar = self._progress_bar(len({k for k in keys if k not in store.entries}))
         decisions = []
@@ -617,12 +657,19 @@ class Autotune(Pass):
         bar.close()
         return decisions
 
+    def _sizes(self, program: Program, ctx: PassContext) -> dict:
+        """The symbolic sizes to time at: the ``sizes`` option, else the context's (the batch a
+        Trainer saw), else 1."""
+        return size_env(program, {**ctx.sizes, **parse_sizes(self.sizes)})
+
     def _candidates(self, op_type: str) -> list[str]:
         excluded = {name.strip() for name in self.exclude.split(",")} - {DEFAULT}
         return [c for c in candidates(op_type, self.reduced_precision) if c not in excluded]
 
-    def _signature(self, op: Op, env: dict) -> dict:
+    def _signature(self, op: Op, env: dict, training: bool) -> dict:
         signature = op_signature(op, env)
+        if training:  # the kernels' backward passes differ more than their forward ones
+            signature["training"] = True
         # separate entries: with reduced precision or constant weights the choice may differ
         if self.reduced_precision:
             signature["reduced_precision"] = True
@@ -661,6 +708,12 @@ class Autotune(Pass):
             for i, a in enumerate(arrays):
                 operands.append(a if i in constant else next(rest))
             return kernel(*operands, **attrs)
+
+        if signature.get("training"):  # the output and the gradients of every float operand
+            floats = tuple(i for i, a in enumerate(args) if jax.numpy.issubdtype(a.dtype, jax.numpy.floating))
+            forward = call
+            call = lambda kernel, *variable: jax.value_and_grad(  # noqa: E731
+                lambda *v: jax.numpy.sum(forward(kernel, *v)), argnums=floats)(*variable)
 
         limit = self.workspace_mb * 2 ** 20
         speedups = learned_speedups(store, signature)

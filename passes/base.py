@@ -33,11 +33,14 @@ class PassContext:
 
     ``training`` says the program is a training-mode capture returning ``(outputs, updates)``
     (``to_static(model, train=True)``): passes that add state, such as the activation observers
-    of ``quant_aware``, return its new value among the updates.
+    of ``quant_aware``, return its new value among the updates. ``sizes`` gives the symbolic
+    sizes the program will run at (``{"b": 64}``, a Trainer's first batch), for passes that
+    measure it.
     """
 
     cache: dict[str, Any] = dataclasses.field(default_factory=dict)
     training: bool = False
+    sizes: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

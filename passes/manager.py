@@ -189,11 +189,13 @@ class PassManager:
         self.stream = stream
         self.records: list[PassRecord] = []
 
-    def run(self, program: Program, inplace: bool = False, training: bool = False) -> Program:
+    def run(self, program: Program, inplace: bool = False, training: bool = False,
+            sizes: dict[str, int] | None = None) -> Program:
         """Apply the pass pipeline; returns the rewritten program (a copy unless ``inplace``).
-        ``training``: ``program`` is a training-mode capture (see :class:`PassContext`)."""
+        ``training``: ``program`` is a training-mode capture; ``sizes``: its symbolic sizes as it
+        will run (see :class:`PassContext`)."""
         program = program if inplace else program.clone()
-        ctx = PassContext(training=training)
+        ctx = PassContext(training=training, sizes=dict(sizes or {}))
         self.records = []
         for p in self.passes:
             before = sum(1 for _ in program.walk())
@@ -225,7 +227,8 @@ class PassManager:
         return format_table(rows)
 
 
-def run(program: Program, pipeline: str | Sequence[Pass | str], *, training: bool = False, **options) -> Program:
+def run(program: Program, pipeline: str | Sequence[Pass | str], *, training: bool = False,
+        sizes: dict[str, int] | None = None, **options) -> Program:
     """Run a pass pipeline on a copy of ``program``: ``pj.passes.run(prog, "dce,cse")``; ``training``
-    as for :meth:`PassManager.run`, ``options`` as for :class:`PassManager`."""
-    return PassManager(pipeline, **options).run(program, training=training)
+    and ``sizes`` as for :meth:`PassManager.run`, ``options`` as for :class:`PassManager`."""
+    return PassManager(pipeline, **options).run(program, training=training, sizes=sizes)

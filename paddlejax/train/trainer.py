@@ -33,6 +33,7 @@ import optax
 
 from paddlejax.capture import InputSpec
 from paddlejax.ir.core import Program
+from paddlejax.lowering import bind_inputs
 from paddlejax.static import ModelState, to_static
 from paddlejax.train import checkpointing, losses
 from paddlejax.train import metrics as metrics_lib
@@ -143,6 +144,7 @@ class Trainer:
         self.resume = resume
         self.stop_training = False
         self.specs: tuple | None = None
+        self._first_batch: tuple | None = None
         self.train_program: Program | None = None
         self.eval_program: Program | None = None
         self.state: TrainState | None = None
@@ -174,6 +176,9 @@ class Trainer:
         if self.train_program is not None:
             return
         self.specs = tuple(_spec(x) for x in inputs)
+        # passes that time the program (autotune) time it at the first batch's sizes
+        self._first_batch = None if any(isinstance(x, InputSpec) for x in inputs) else tuple(
+            jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)) for x in inputs)
         self.train_program = self._static(train=True)
         self.eval_program = self._static(train=False)
         self.step_builder.prepare(self.train_program)
@@ -203,7 +208,8 @@ class Trainer:
         from paddlejax.passes import PassManager
 
         manager = PassManager(passes)
-        prog = manager.run(prog, training=train)
+        sizes = bind_inputs(prog, self._first_batch)[1] if self._first_batch else None
+        prog = manager.run(prog, training=train, sizes=sizes)
         idle = [r.name for r in manager.records[:len(self.passes)] if not r.changed]
         if idle:
             warnings.warn(f"Trainer: pass {', '.join(idle)} changed nothing in {prog.name} (no op it applies to?)",

@@ -441,3 +441,73 @@ def test_a_plan_that_has_lost_the_race_is_called_no_more():
     rounds = autotune.measure_programs({"fast": fn("fast", 0.001), "slow": fn("slow", 0.01)}, (np.ones(2),),
                                        warmup=1, repeats=8, deadline=float("inf"), race=True)
     assert len(rounds["fast"]) == 8 and len(rounds["slow"]) == 2 and calls["slow"] == 1 + 2
+
+
+def test_a_training_program_times_forward_and_backward_at_the_contexts_sizes(prog, monkeypatch, tmp_path):
+    # a Trainer runs its passes with training=True and its first batch's sizes: each candidate
+    # is then timed as value and gradients, and those choices are kept apart from inference's
+    seen = []
+
+    def fake(candidate, fn, args, *, warmup, repeats, deadline, slower_than=None):
+        out = fn(*args)
+        seen.append((candidate, args[0].shape, out))
+        return FAST_IM2COL[candidate] / 1e3
+
+    monkeypatch.setattr(autotune, "measure", fake)
+    cache = tmp_path / "c.json"
+    ctx = PassContext(training=True, sizes={"b": 5})
+    options = {"cache": str(cache), "check": False, "layout": "keep", "exclude": "lax_bf16"}
+    pj.passes.get_pass("autotune", **options).apply(prog.clone(), ctx)
+    assert seen and all(shape[0] == 5 for _, shape, _ in seen)
+    candidate, _, (value, grads) = seen[0]
+    assert value.shape == () and len(grads) == 3  # d/dx, d/dw, d/dbias of the first conv
+    assert all(e["signature"]["training"] for e in json.loads(cache.read_text())["entries"].values())
+    seen.clear()
+    pj.passes.get_pass("autotune", **options).apply(prog.clone(), PassContext(sizes={"b": 5}))
+    assert seen and not isinstance(seen[0][2], tuple)  # inference: the forward pass alone, timed anew
+
+
+def test_training_plans_are_timed_as_gradient_steps(prog, timings, monkeypatch, tmp_path):
+    steps = []
+
+    def fake(fns, args, *, warmup, repeats, deadline, race=False):
+        steps.extend(fn(*args) for fn in fns.values())
+        return {label: [1e-3 if "tuned" in label else 3e-3] for label in fns}
+
+    monkeypatch.setattr(autotune, "measure_programs", fake)
+    tuned = prog.clone()
+    pj.passes.get_pass("autotune", cache=str(tmp_path / "c.json"), layout="keep").apply(
+        tuned, PassContext(training=True, sizes={"b": 2}))
+    assert "kernel=" in str(tuned) and len(steps) == 2
+    for loss, grads in steps:
+        assert loss.shape == () and sorted(grads) == ["b", "d", "w"]
+
+
+def test_a_trainer_trains_with_the_kernels_tuned_for_training(timings, tmp_path):
+    # conv -> batch norm -> relu, the case whose state updates ride along the outputs
+    import optax
+
+    from paddlejax import nn
+
+    class Net(nn.Layer):
+        def __init__(self):
+            self.conv, self.bn = nn.Conv2D(3, 4, 3, padding=1), nn.BatchNorm2D(4)
+            self.fc = nn.Linear(4 * 6 * 6, 3)
+
+        def __call__(self, x):
+            return self.fc(nn.functional.relu(self.bn(self.conv(x))).reshape(x.shape[0], -1))
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(4, 3, 6, 6)).astype(np.float32), rng.integers(0, 3, 4)
+    losses = {}
+    for name, passes in (("plain", []), ("tuned", [pj.passes.get_pass(
+            "autotune", cache=str(tmp_path / "c.json"), check=False, layout="keep", exclude="lax_bf16")])):
+        nn.seed(0)
+        trainer = pj.Trainer(Net(), optax.sgd(0.1, momentum=0.9), progress=False, passes=passes)
+        losses[name] = [trainer.train_batch([x], y) for _ in range(3)]
+        if passes:
+            assert 'kernel="im2col"' in str(trainer.train_program)
+            shapes = [e["signature"]["shapes"][0] for e in json.loads((tmp_path / "c.json").read_text())
+                      ["entries"].values() if e["signature"].get("training")]
+            assert shapes == [[4, 3, 6, 6]]  # timed at the first batch's size
+    np.testing.assert_allclose(losses["tuned"], losses["plain"], rtol=1e-4)
