@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -175,20 +174,10 @@ def worker(argv: list[str]) -> int:
     return 0
 
 
-def run_worker(python: str, script: list[str], args: dict, threads: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))[:threads]))
-    out = subprocess.run(["taskset", "-c", cpus, python, *script, json.dumps(args)], env=env,
-                         capture_output=True, text=True, timeout=3600)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("ROWS ")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"{python} {' '.join(script[:1])} failed:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][5:])
-
-
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
+    from timing import run_worker  # here: a worker pins its CPUs before JAX is imported
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="SmallCNN and the digits CNN at batch 4, few repeats")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")

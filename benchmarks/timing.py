@@ -2,13 +2,16 @@
 
     from timing import alternate, machine
     ms = alternate({"a": f, "b": g}, warmup=2, repeats=10)   # median ms per call, interleaved
+    rows = run_worker(torch_python, ["worker.py"], {"batch": 64})  # another framework's process
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
 import statistics
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +30,20 @@ def alternate(fns: dict, warmup: int, repeats: int, rounds: bool = False) -> dic
 def paired_ratio(times: dict, slow: str, fast: str) -> float:
     """The median over rounds of ``slow``'s time divided by ``fast``'s in the same round."""
     return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
+
+
+def run_worker(python: str, script: list[str], args: dict, threads: int | None = None) -> list[dict]:
+    """Run ``python script... json(args)`` (another framework's environment, or this one pinned),
+    on the first ``threads`` CPUs (all: None), and return the rows it prints on a ``ROWS
+    <json>`` line; its error output on failure."""
+    cpus = sorted(os.sched_getaffinity(0))[:threads]
+    env = {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
+    out = subprocess.run(["taskset", "-c", ",".join(map(str, cpus)), python, *script, json.dumps(args)], env=env,
+                         capture_output=True, text=True, timeout=3600)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("ROWS ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{python} {' '.join(script[:1])} failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1][5:])
 
 
 def machine() -> str:

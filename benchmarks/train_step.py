@@ -12,7 +12,11 @@ All comparisons run side by side in one process (alternating calls, medians):
    NNX + ``jax.jit`` (Flax's default initialisers), all on one fixed batch; the losses after
    ``--steps`` steps show what Paddle's initialisers change.
 
+With ``TORCH_PYTHON`` pointing at a Python that has PyTorch, the same ResNet-18 step also runs in
+PyTorch eager (channels-last) in a process of its own, after ours. PyTorch is never a dependency.
+
     python benchmarks/train_step.py            # full sizes (a few minutes on 2 CPU cores)
+    TORCH_PYTHON=/path/to/torch-env/bin/python python benchmarks/train_step.py
     python benchmarks/train_step.py --quick    # tiny sizes: a smoke test
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import os
 import statistics
 import tempfile
+import textwrap
 import time
 
 import jax
@@ -32,7 +37,7 @@ from flax import nnx
 import paddlejax as pj
 from paddlejax import nn
 from paddlejax.models.digits import DigitsCNN
-from timing import alternate, machine
+from timing import alternate, machine, run_worker
 
 
 # -- 1. Trainer vs nnx.jit ---------------------------------------------------------------------------
@@ -155,15 +160,16 @@ def count_params(model) -> int:
     return sum(int(np.size(v)) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str) -> dict:
-    """Step times and loss curves on one fixed batch (the same batch for every run)."""
+def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str | None) -> dict:
+    """Step times and loss curves on one fixed batch (the same batch for every run); the
+    tuned Trainer only with a ``tune_cache`` file."""
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(batch, image, image, 3)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 10, batch), jnp.int32)
     runs, times, losses, params = {}, {}, {}, {}
-    autotune = pj.passes.get_pass("autotune", cache=tune_cache, progress=False)
+    autotune = pj.passes.get_pass("autotune", cache=tune_cache or "", progress=False)
     for name, amp, passes in (("Trainer fp32", None, []), ("Trainer bf16", "bf16", []),
-                              ("Trainer fp32 tuned", None, [autotune])):
+                              *([("Trainer fp32 tuned", None, [autotune])] if tune_cache else [])):
         nn.seed(0)
         model = ResNet18(widths=widths)
         params["paddlejax.nn"] = count_params(model)
@@ -193,6 +199,64 @@ def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str)
             "losses": losses, "params": params}
 
 
+# The same ResNet-18 step in PyTorch eager (channels-last, oneDNN), run by TORCH_PYTHON's Python.
+TORCH_WORKER = textwrap.dedent('''
+    import json, platform, sys, time
+    import numpy as np, torch
+    from torch import nn
+    args = json.loads(sys.argv[1])
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.short = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(y)) + self.short(x))
+
+    widths, layers, cin = args["widths"], [], args["widths"][0]
+    for i, w in enumerate(widths):
+        layers += [Block(cin, w, 1 if i == 0 else 2), Block(w, w, 1)]
+        cin = w
+    model = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(),
+                          *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10))
+    model = model.to(memory_format=torch.channels_last).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.normal(size=(args["batch"], 3, args["image"], args["image"])).astype(np.float32))
+    x = x.to(memory_format=torch.channels_last)
+    y = torch.from_numpy(rng.integers(0, 10, args["batch"]))
+    times, losses = [], []
+    for _ in range(args["steps"]):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+        times.append(time.perf_counter() - start)
+    name = f"PyTorch {torch.__version__} eager"
+    print("ROWS " + json.dumps([{"name": name, "first_ms": 1e3 * times[0],
+                                 "step_ms": 1e3 * float(np.median(times[2:] or times)), "losses": losses}]))
+''')
+
+
+def torch_rows(python: str, batch: int, steps: int, widths: tuple, image: int) -> list[dict]:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(TORCH_WORKER)
+    try:
+        return run_worker(python, [f.name], {"batch": batch, "steps": steps, "widths": list(widths), "image": image})
+    finally:
+        os.unlink(f.name)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (smoke test)")
@@ -218,19 +282,25 @@ def main(argv=None) -> int:
     widths, batch, image = ((8, 16, 16, 32), 8, 16) if quick else ((64, 128, 256, 512), 64, 32)
     steps = 3 if quick else args.steps
     with tempfile.TemporaryDirectory() as folder:  # a cold tuning cache: "first ms" includes the tuning
-        r = resnet18(batch, steps, widths, image, os.path.join(folder, "autotune.json"))
+        # --quick leaves the tuned run out: at tiny sizes tuning is all compiling (~1 minute)
+        r = resnet18(batch, steps, widths, image, None if quick else os.path.join(folder, "autotune.json"))
+    torch_python = os.environ.get("TORCH_PYTHON")
+    for row in torch_rows(torch_python, batch, steps, widths, image) if torch_python else ():
+        r["step_ms"][row["name"]], r["first_ms"][row["name"]], r["losses"][row["name"]] = (
+            row["step_ms"], row["first_ms"], row["losses"])
     print(f"3. ResNet-18 ({r['params']['paddlejax.nn'] / 1e6:.2f} M parameters; Flax copy "
           f"{r['params']['flax'] / 1e6:.2f} M), {image}x{image}, batch {batch}, SGD momentum, {steps} steps "
           "on one fixed batch")
-    print(f"   {'run':20s} {'step ms':>9s} {'first ms':>9s} {'loss@1':>8s} {'loss@' + str(steps):>9s}")
+    print(f"   {'run':26s} {'step ms':>9s} {'first ms':>9s} {'loss@1':>8s} {'loss@' + str(steps):>9s}")
     for k in r["step_ms"]:
-        print(f"   {k:20s} {r['step_ms'][k]:9.0f} {r['first_ms'][k]:9.0f} {r['losses'][k][0]:8.4f} "
+        print(f"   {k:26s} {r['step_ms'][k]:9.0f} {r['first_ms'][k]:9.0f} {r['losses'][k][0]:8.4f} "
               f"{r['losses'][k][-1]:9.4f}")
     base = r["step_ms"]["Flax + jax.jit"]
-    for k in ("Trainer fp32", "Trainer bf16", "Trainer fp32 tuned"):
+    for k in [k for k in r["step_ms"] if k.startswith("Trainer")]:
         print(f"   ratio {k} / Flax + jax.jit = {r['step_ms'][k] / base:.3f}")
-    print("   other frameworks on this 2-core CPU, measured separately (not by this script): PyTorch 2.13 "
-          "eager 1,219 ms, torch.compile 1,095 ms, Paddle 3.3.1 dygraph 4,204 ms, Flax + jax.jit 1,983 ms")
+    for k in [k for k in r["step_ms"] if k.startswith("PyTorch") and "Trainer fp32 tuned" in r["step_ms"]]:
+        print(f"   ratio Trainer fp32 tuned / {k} = {r['step_ms']['Trainer fp32 tuned'] / r['step_ms'][k]:.3f}"
+              "  (its own process, after ours)")
     return 0
 
 

@@ -10,8 +10,10 @@ Statistics are computed in at least float32 and the result is cast back to the i
 """
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -41,25 +43,47 @@ def _normalise(x, mean, var, epsilon, weight, bias):
     return y if bias is None else y + bias
 
 
-def _local_stats(xs, axes):
-    return jnp.mean(xs, axes), jnp.var(xs, axes)
+def _local_mean(xs, axes):
+    return jnp.mean(xs, axes)
 
 
-def _synced_stats(xs, axes):
-    """Mean and biased variance over ``axes`` and, inside ``shard_map``, over every mesh axis
-    ``xs`` varies over (the devices its batch is split over): the whole batch's statistics."""
+def _synced_mean(xs, axes):
+    """The mean over ``axes`` and, inside ``shard_map``, over every mesh axis ``xs`` varies
+    over (the devices its batch is split over): the whole batch's."""
     mesh_axes = tuple(sorted(adapter.varying_axes(xs)))
     if not mesh_axes:
-        return _local_stats(xs, axes)
+        return _local_mean(xs, axes)
     count = math.prod(xs.shape[i] for i in axes) * math.prod(lax.axis_size(a) for a in mesh_axes)
-    mean = lax.psum(jnp.sum(xs, axes), mesh_axes) / count
-    # centred, as jnp.var: the difference of squares loses digits on large means
-    var = lax.psum(jnp.sum(jnp.square(xs - jnp.expand_dims(mean, axes)), axes), mesh_axes) / count
-    return mean, var
+    return lax.psum(jnp.sum(xs, axes), mesh_axes) / count
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def _standardise(xs, axes, epsilon, mean):
+    """``((x - m) / sqrt(v + epsilon), m, v)`` with the batch mean ``m`` and biased variance
+    ``v`` over ``axes`` (reduced by ``mean(xs, axes)``, which may add up over devices).
+
+    Its derivative is stated in closed form, which is what training spends its time on: XLA's
+    derivative of the statistics takes several more passes over the activations (ResNet-18's
+    batch norms at 32x32, batch 64: 1.3-2.4x slower on a CPU)."""
+    m = mean(xs, axes)
+    centred = xs - jnp.expand_dims(m, axes)  # centred: the difference of squares loses digits
+    v = mean(jnp.square(centred), axes)
+    return centred * lax.rsqrt(jnp.expand_dims(v, axes) + epsilon), m, v
+
+
+@_standardise.defjvp
+def _standardise_jvp(axes, epsilon, mean, primals, tangents):
+    (xs,), (dx,) = primals, tangents
+    xhat, m, v = _standardise(xs, axes, epsilon, mean)
+    rstd = lax.rsqrt(v + epsilon)
+    dm = mean(dx, axes)
+    projection = mean(dx * xhat, axes)
+    dxhat = jnp.expand_dims(rstd, axes) * (dx - jnp.expand_dims(dm, axes) - xhat * jnp.expand_dims(projection, axes))
+    return (xhat, m, v), (dxhat, dm, 2 * projection / rstd)
 
 
 def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon, momentum, training, data_format,
-                stats=_local_stats):
+                mean=_local_mean):
     """Batch norm over all axes but the channel one; returns (out, mean_out, variance_out).
 
     Training normalises with the batch mean and biased batch variance and updates the
@@ -74,15 +98,15 @@ def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, epsilon
     bshape = [1] * x.ndim
     bshape[axis] = c
     xs = x.astype(_stat_dtype(x))
-    if training:
-        axes = tuple(i for i in range(x.ndim) if i != axis)
-        mean, var = stats(xs, axes)
-        mean_out = momentum * running_mean + (1 - momentum) * mean.astype(running_mean.dtype)
-        var_out = momentum * running_var + (1 - momentum) * var.astype(running_var.dtype)
-    else:
-        mean, var, mean_out, var_out = running_mean, running_var, running_mean, running_var
     b = lambda a: None if a is None else a.reshape(bshape)  # noqa: E731
-    out = _normalise(xs, b(mean), b(var), epsilon, b(weight), b(bias))
+    if not training:
+        out = _normalise(xs, b(running_mean), b(running_var), epsilon, b(weight), b(bias))
+        return out.astype(x.dtype), running_mean, running_var
+    xhat, m, v = _standardise(xs, tuple(i for i in range(x.ndim) if i != axis), epsilon, mean)
+    out = xhat if weight is None else xhat * b(weight)
+    out = out if bias is None else out + b(bias)
+    mean_out = momentum * running_mean + (1 - momentum) * m.astype(running_mean.dtype)
+    var_out = momentum * running_var + (1 - momentum) * v.astype(running_var.dtype)
     return out.astype(x.dtype), mean_out, var_out
 
 
@@ -92,7 +116,7 @@ def _sync_batch_norm(x, running_mean, running_var, weight=None, bias=None, *, ep
     devices: inside ``shard_map``, the sums behind mean and variance are added up (``psum``)
     over every mesh axis the input varies over. Elsewhere it is ``batch_norm``."""
     return _batch_norm(x, running_mean, running_var, weight, bias, epsilon=epsilon, momentum=momentum,
-                       training=training, data_format=data_format, stats=_synced_stats)
+                       training=training, data_format=data_format, mean=_synced_mean)
 
 
 def _layer_norm(x, weight=None, bias=None, *, epsilon, begin_norm_axis):

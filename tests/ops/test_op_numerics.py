@@ -104,6 +104,51 @@ def test_batch_norm_training_updates_running_stats():
     close(var, [1, 4])
 
 
+def _batch_norm_by_jnp(x, weight, bias, axis, epsilon=1e-5):
+    """Training-mode batch norm written out in jnp: its derivatives are XLA's own."""
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    m, v = jnp.mean(x, axes, keepdims=True), jnp.var(x, axes, keepdims=True)
+    out = (x - m) / jnp.sqrt(v + epsilon)
+    out = out if weight is None else out * weight.reshape(shape)
+    return out if bias is None else out + bias.reshape(shape)
+
+
+@pytest.mark.parametrize("data_format,affine", [("NCHW", True), ("NHWC", True), ("NCHW", False), ("NC", True)])
+def test_batch_norm_training_derivatives_match_autodiff_of_its_formula(data_format, affine):
+    # the closed-form derivative of the batch statistics: reverse, forward and second order,
+    # and the running statistics' tangents
+    rng = np.random.default_rng(1)
+    shape = (3, 4) if data_format == "NC" else (3, 4, 5, 2) if data_format == "NCHW" else (3, 5, 2, 4)
+    axis = 1 if data_format in ("NCHW", "NC") else 3
+    x = jnp.asarray(rng.normal(size=shape) * 2 + 1, jnp.float32)
+    weight, bias = (jnp.asarray(rng.normal(size=4), jnp.float32) for _ in range(2))
+    running = (jnp.zeros(4), jnp.ones(4))
+    if not affine:
+        weight = bias = None
+
+    def ours(x, weight, bias):
+        return ops.batch_norm(x, *running, weight, bias, training=True, data_format=data_format)[0]
+
+    def loss(f):
+        return lambda x, w, b: jnp.sum(jnp.sin(f(x, w, b)) * x)
+
+    argnums = (0, 1, 2) if affine else (0,)
+    want = jax.grad(loss(lambda x, w, b: _batch_norm_by_jnp(x, w, b, axis)), argnums)(x, weight, bias)
+    got = jax.jit(jax.grad(loss(ours), argnums))(x, weight, bias)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    dx = jnp.asarray(rng.normal(size=shape), jnp.float32)
+    hvp = lambda f: jax.jvp(jax.grad(loss(f)), (x, weight, bias), (dx, weight, bias))[1]  # noqa: E731
+    np.testing.assert_allclose(hvp(ours), hvp(lambda x, w, b: _batch_norm_by_jnp(x, w, b, axis)), rtol=1e-3, atol=1e-3)
+    stats = lambda x: ops.batch_norm(x, *running, training=True, momentum=0.5, data_format=data_format)[1:]  # noqa
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    by_jnp = lambda x: (0.5 * running[0] + 0.5 * jnp.mean(x, axes), 0.5 * running[1] + 0.5 * jnp.var(x, axes))  # noqa
+    for got, want in zip(jax.jvp(stats, (x,), (dx,))[1], jax.jvp(by_jnp, (x,), (dx,))[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_layer_norm_accepts_flat_affine():
     x, w = rand(2, 3, 4), rand(12)
     close(ops.layer_norm(x, w, begin_norm_axis=1), ops.layer_norm(x, w.reshape(3, 4), begin_norm_axis=1))
