@@ -12,8 +12,9 @@ reduced-precision variants round their inputs to bfloat16, about 1e-2).
 **Whole program** (``check``, on by default). Kernels that win alone can lose together: XLA
 fuses across ops and chooses buffer layouts for the whole program. So the pass also compiles
 and times the whole program with and without the per-op choices and, with ``layout=auto``,
-converted to the other data format (:mod:`paddlejax.passes.layout`), calls interleaved; the
-fastest plan is applied: its layout, and each op's choice as a ``kernel`` annotation that
+converted to the other data format (:mod:`paddlejax.passes.layout`) with the same choices
+(``layout=search`` tunes that layout's ops too, for about twice the tuning time), calls
+interleaved; the fastest plan is applied: its layout, and each op's choice as a ``kernel`` annotation that
 lowering honours. The untuned program is always a plan, so the result is never slower than
 it (within timing noise).
 
@@ -31,10 +32,10 @@ with a warning and ignored.
 >>> folder = tempfile.TemporaryDirectory()
 >>> tune = pj.passes.get_pass("autotune", sizes="b=2", repeats=2, warmup=1,
 ...                           cache=os.path.join(folder.name, "autotune.json"))
->>> first = tune.apply(prog.clone(), pj.passes.PassContext()).stats   # the conv in NCHW and in NHWC
+>>> first = tune.apply(prog.clone(), pj.passes.PassContext()).stats   # the conv's kernels, then plans
 >>> again = tune.apply(prog.clone(), pj.passes.PassContext()).stats   # every choice from the cache
 >>> first["tuned"], first["plans_cached"], again["tuned"], again["cached"], again["plans_cached"]
-(2, 0, 0, 2, 1)
+(1, 0, 0, 1, 1)
 >>> folder.cleanup()
 """
 from __future__ import annotations
@@ -406,6 +407,14 @@ def _annotate(rewriter: Rewriter, decisions: list[Decision], kernels: bool) -> N
             rewriter.set_attr(d.op, KERNEL_ATTR, d.chosen)
 
 
+def _carried(program: Program, decisions: list[Decision]) -> list[Decision]:
+    """``decisions`` (made on another layout of ``program``: its tunable ops in the same
+    order) moved onto ``program``'s ops, with the times measured there."""
+    ops = [op for op in program.walk() if op.type in TUNABLE]
+    assert len(ops) == len(decisions), "a layout conversion changed the tunable ops"
+    return [dataclasses.replace(d, op=op) for op, d in zip(ops, decisions)]
+
+
 def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Program:
     """A copy of ``program`` annotated with ``decisions`` (made on ``program``'s ops)."""
     copy = program.clone()
@@ -504,7 +513,9 @@ class Autotune(Pass):
     must beat the program as it is by ``min_gain`` (a fraction; default 3 %, above the timing
     noise) to replace it;
     ``layout`` is ``auto`` (also time the program converted to the other data format, see
-    :mod:`paddlejax.passes.layout`; needs ``check``), ``keep``, ``NCHW`` or ``NHWC``;
+    :mod:`paddlejax.passes.layout`, with the kernels chosen in this one; needs ``check``),
+    ``search`` (the same, with that layout's ops tuned on their own: slower to tune, at times
+    a faster program), ``keep``, ``NCHW`` or ``NHWC``;
     ``frozen`` times ops with their parameter operands compiled in as constants, and plans with
     the parameters frozen into the executable, as the inference
     :class:`~paddlejax.inference.Predictor` runs them (XLA then folds weight transforms such as
@@ -537,30 +548,36 @@ class Autotune(Pass):
             raise ValueError(f"autotune: repeats must be >= 1 and warmup, max_seconds, workspace_mb >= 0; got "
                              f"repeats={self.repeats}, warmup={self.warmup}, max_seconds={self.max_seconds}, "
                              f"workspace_mb={self.workspace_mb}")
-        if self.layout not in ("auto", "keep", *INTO):
-            raise ValueError(f"autotune: layout must be auto, keep, NCHW or NHWC; got {self.layout!r}")
+        if self.layout not in ("auto", "search", "keep", *INTO):
+            raise ValueError(f"autotune: layout must be auto, search, keep, NCHW or NHWC; got {self.layout!r}")
         if not 0 <= self.min_gain < 1:
             raise ValueError(f"autotune: min_gain must be a fraction in [0, 1), got {self.min_gain}")
-        if self.layout == "auto" and not self.check:
-            raise ValueError("autotune: layout=auto times whole programs, so it needs check=true; "
+        if self.layout in ("auto", "search") and not self.check:
+            raise ValueError(f"autotune: layout={self.layout} times whole programs, so it needs check=true; "
                              "give layout=keep, NCHW or NHWC with check=false")
         store = TuneCache(self.cache or default_cache_path())
         current = program_layout(program)
         layouts = [current]
         if self.layout in INTO and current in INTO:
             layouts = [self.layout]
-        elif self.layout == "auto" and current in INTO:
+        elif self.layout in ("auto", "search") and current in INTO:
             layouts = [current, next(f for f in INTO if f != current)]
-        plans, tried = [], {}
+        plans, tried, carried = [], {}, set()
         for layout in layouts:
             variant = program.clone()
             if layout != current:
                 ConvertLayout(to=layout).apply(variant, PassContext())
-            tried[layout] = self.decide(variant, store, ctx)
-            plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels))
-                      for kernels in self._kernel_options(tried[layout])]
+            if layout == current or self.layout != "auto":
+                tried[layout] = self.decide(variant, store, ctx)
+                options = self._kernel_options(tried[layout])
+            else:  # the choices made in the current layout, judged by the whole program alone
+                carried.add(layout)
+                tried[layout] = _carried(variant, tried[current])
+                options = (any(d.chosen != DEFAULT for d in tried[layout]),)
+            plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels)) for kernels in options]
         plans_cached = len(plans) > 1 and self._choose(program, plans, store, ctx)
-        if any(not d.cached for ds in tried.values() for d in ds) or len(plans) > 1 and not plans_cached:
+        tuned = [d for layout, ds in tried.items() if layout not in carried for d in ds]
+        if any(not d.cached for d in tuned) or len(plans) > 1 and not plans_cached:
             store.save()
         chosen = plans[0]
         rewriter = Rewriter(program)
@@ -568,14 +585,14 @@ class Autotune(Pass):
             ConvertLayout(to=chosen.layout).apply(program, ctx)
             rewriter.changed = True
         # every choice is in the cache by now; the plan's own decisions say which were measured
-        decisions = [dataclasses.replace(d, cached=timed.cached) for d, timed in
-                     zip(self.decide(program, store, ctx), tried[chosen.layout])]
+        decisions = (_carried(program, tried[current]) if chosen.layout in carried else
+                     [dataclasses.replace(d, cached=timed.cached) for d, timed in
+                      zip(self.decide(program, store, ctx), tried[chosen.layout])])
         _annotate(rewriter, decisions, chosen.kernels)
         ctx.cache["autotune"] = decisions
         ctx.cache["autotune_plans"] = plans
         return PassResult(rewriter.changed, {
-            "tuned": sum(not d.cached for ds in tried.values() for d in ds),
-            "cached": sum(d.cached for ds in tried.values() for d in ds),
+            "tuned": sum(not d.cached for d in tuned), "cached": sum(d.cached for d in tuned),
             "annotated": sum(op.attrs.get(KERNEL_ATTR) is not None for op in program.walk()),
             "plans": len(plans), "plans_cached": int(plans_cached)})
 

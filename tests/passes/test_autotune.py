@@ -267,7 +267,7 @@ def test_bad_options_are_named(prog, tmp_path):
         tune(prog, tmp_path / "c.json", repeats=0)
     with pytest.raises(ValueError, match="sizes expects NAME=N"):
         tune(prog, tmp_path / "c.json", sizes="b")
-    with pytest.raises(ValueError, match="layout must be auto, keep, NCHW or NHWC"):
+    with pytest.raises(ValueError, match="layout must be auto, search, keep, NCHW or NHWC"):
         tune(prog, tmp_path / "c.json", layout="CHWN")
     with pytest.raises(ValueError, match="layout=auto times whole programs, so it needs check=true"):
         tune(prog, tmp_path / "c.json", layout="auto")
@@ -323,7 +323,7 @@ def test_whole_program_check_keeps_the_tuned_kernels_when_they_win(prog, timings
 
 def test_each_plan_times_its_own_program(prog, timings, plan_timings, tmp_path):
     plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 3.0, "NHWC, tuned kernels": 2.0})
-    _, plans = tune_plans(prog, tmp_path / "c.json")
+    _, plans = tune_plans(prog, tmp_path / "c.json", layout="search")
     kernels = {p.label: [op.attrs.get("kernel") for op in p.program.walk() if "conv" in op.type] for p in plans}
     layouts = {p.label: {op.attrs["data_format"] for op in p.program.walk() if "conv" in op.type} for p in plans}
     assert kernels == {"NHWC, tuned kernels": ["im2col", "depthwise_shifted"], "NHWC": [None, None],
@@ -332,10 +332,24 @@ def test_each_plan_times_its_own_program(prog, timings, plan_timings, tmp_path):
                        "NCHW": {"NCHW"}}
 
 
-def test_layout_auto_converts_the_program_when_the_other_layout_is_faster(prog, timings, plan_timings, tmp_path):
-    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 2.0, "NHWC, tuned kernels": 3.0})
+def test_layout_auto_carries_the_kernels_chosen_in_this_layout_into_the_other(prog, timings, plan_timings, tmp_path):
+    # the other layout's ops are not timed one by one: its plan runs the choices made here
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC, tuned kernels": 3.0})
     tuned = prog.clone()
     result, plans = tune_plans(tuned, tmp_path / "c.json")
+    assert len(timings[1]) == len(autotune.candidates("conv2d")) + len(autotune.candidates("depthwise_conv2d"))
+    assert [p.label for p in plans] == ["NHWC, tuned kernels", "NCHW, tuned kernels", "NCHW"]
+    assert result.stats["tuned"] == 2 and result.stats["annotated"] == 2
+    assert [(op.attrs["data_format"], op.attrs.get("kernel")) for op in tuned.walk() if "conv" in op.type] == [
+        ("NHWC", "im2col"), ("NHWC", "depthwise_shifted")]
+    x = np.random.default_rng(2).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(tuned(x), prog(x), rtol=1e-5, atol=1e-5)
+
+
+def test_layout_search_converts_the_program_when_the_other_layout_is_faster(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC": 2.0, "NHWC, tuned kernels": 3.0})
+    tuned = prog.clone()
+    result, plans = tune_plans(tuned, tmp_path / "c.json", layout="search")
     assert [p.label for p in plans] == ["NHWC", "NHWC, tuned kernels", "NCHW, tuned kernels", "NCHW"]
     assert result.changed and result.stats["annotated"] == 0
     assert [op.attrs["data_format"] for op in tuned.walk() if "data_format" in op.attrs] == ["NHWC", "NHWC"]
