@@ -233,18 +233,23 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
             slower_than: float = math.inf) -> float:
     """Median seconds of ``fn(*args)`` after ``warmup`` calls (the first compiles); stops
     repeating at ``deadline`` (``time.perf_counter()`` value) after at least one timed run, and
-    once three runs put the median above ``slower_than`` seconds (a candidate that has lost).
+    once a candidate has lost against ``slower_than`` seconds: three runs put its median above
+    it, one run took twice as long, or the warm-up (first-call costs included) three times.
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
     for _ in range(max(warmup, 1)):  # the first call may still compile
+        start = time.perf_counter()
         jax.block_until_ready(fn(*args))
+    if time.perf_counter() - start > 3 * slower_than:
+        return time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
-        if time.perf_counter() > deadline or len(times) >= 3 and statistics.median(times) > slower_than:
+        if (time.perf_counter() > deadline or times[-1] > 2 * slower_than
+                or len(times) >= 3 and statistics.median(times) > slower_than):
             break
     return statistics.median(times)
 

@@ -149,10 +149,17 @@ def test_a_candidate_that_has_lost_stops_being_timed():
     import time
 
     calls = []
-    slow = lambda x: calls.append(time.sleep(0.01)) or x  # noqa: E731
+    slow = lambda x: calls.append(time.sleep(0.02)) or x  # noqa: E731
     ms = autotune.measure("slow", slow, (np.ones(2),), warmup=1, repeats=10, deadline=float("inf"),
-                          slower_than=0.001)
-    assert len(calls) == 1 + 3 and ms >= 0.01  # the warm-up, then three runs
+                          slower_than=0.015)
+    assert len(calls) == 1 + 3 and ms >= 0.02  # a little slower: the warm-up, then three runs
+    calls.clear()
+    ms = autotune.measure("slow", slow, (np.ones(2),), warmup=1, repeats=10, deadline=float("inf"),
+                          slower_than=0.002)
+    assert len(calls) == 1 and ms >= 0.02  # ten times slower: the warm-up says enough
+    calls.clear()
+    autotune.measure("slow", slow, (np.ones(2),), warmup=1, repeats=10, deadline=float("inf"), slower_than=0.5)
+    assert len(calls) == 1 + 10  # not slower: every repeat
 
 
 def test_key_depends_on_signature_device_and_jax_version():
