@@ -170,6 +170,24 @@ def test_several_inputs_and_outputs_keep_their_structure():
     assert out["sum"].tolist() == [[4.0] * 3] * 5 and out["x"].shape == (5, 2)
 
 
+def test_a_batch_filling_a_bucket_goes_straight_to_the_executable(monkeypatch):
+    # no padding, casting or slicing for the common call; the same outputs as the general path
+    p = pj.trace(lambda p, x, y: {"sum": x @ p["w"] + y, "x": x}, pj.InputSpec((None, 2)), pj.InputSpec((None, 3)),
+                 params={"w": jnp.arange(6.0).reshape(2, 3)})
+    predictor = Predictor(p, Config(max_batch_size=4))
+    x, y = np.random.default_rng(0).normal(size=(4, 2)), np.ones((4, 3))
+    general = predictor(x, y)  # float64: cast on the general path
+    monkeypatch.setattr(predictor, "_run_padded", lambda leaves: pytest.fail("took the general path"))
+    short = predictor(x.astype(np.float32), y.astype(np.float32))
+    for k in ("sum", "x"):
+        np.testing.assert_allclose(short[k], general[k], rtol=1e-6)
+    short["sum"] += 1  # the caller's own arrays
+    np.testing.assert_allclose(predictor(x.astype(np.float32), y.astype(np.float32))["sum"], general["sum"],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="input 'x' expects f32"):
+        predictor(np.ones((4, 5), np.float32), y.astype(np.float32))  # a wrong shape still gets the clear error
+
+
 @pytest.mark.parametrize("inputs, message", [
     ((np.zeros((2, 2, 4, 4), np.int32),),
      "input 'x' expects f32\\[b,2,4,4\\] \\(batch dimension 'b' first\\), got int32\\[2, 2, 4, 4\\]"),
