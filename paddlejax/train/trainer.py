@@ -79,10 +79,11 @@ class Trainer:
         checkpoint_dir, checkpoint_every, keep_checkpoints, resume: Orbax checkpoints of the
             whole training state; ``fit`` resumes from the latest good one.
         check_nan_inf: on a non-finite loss or gradient, name the first op that produced it.
-        passes: a pass pipeline (``"quant_aware"``, or a list of passes) run on the captured
-            training and inference programs, before ``amp``; state the passes add (e.g.
-            quantization scales) is trained and checkpointed with the model's, and
-            :meth:`inference_program` keeps it.
+        passes: a pass pipeline (``"quant_aware"``; ``"autotune"``, which picks each convolution's
+            kernel for training, timed forward and backward at the first batch's size; or a list
+            of passes) run on the captured training and inference programs, before ``amp``;
+            state the passes add (e.g. quantization scales) is trained and checkpointed with
+            the model's, and :meth:`inference_program` keeps it.
         strategy: a :class:`paddlejax.distributed.Strategy`, a dict of its fields, or an optimizer
             from ``fleet.distributed_optimizer``, which carries one. The step then runs data
             parallel over every device (ZeRO sharding, fused or hierarchical all-reduce, gradient
