@@ -71,8 +71,11 @@ def _load() -> str | None:
         library = ctypes.CDLL(str(path))
     except OSError as e:
         return f"cannot load the oneDNN extension: {e}"
-    for target, symbol in _TARGETS.items():
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+    try:
+        for target, symbol in _TARGETS.items():
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+    except (AttributeError, RuntimeError) as e:  # e.g. built against a newer XLA FFI than this jaxlib's
+        return f"cannot register the oneDNN kernels with this jaxlib ({jax.__version__}): {e}"
     return None
 
 

@@ -257,3 +257,15 @@ print("ok")
     env = {**os.environ, "PADDLEJAX_ONEDNN": "0", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@needs_onednn
+def test_a_jaxlib_that_refuses_the_kernels_leaves_them_unavailable_with_the_reason(monkeypatch):
+    # an extension built against a newer XLA FFI than the installed jaxlib's is refused when
+    # registered: the kernels are then unavailable, not an import error
+    def refuse(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("INVALID_ARGUMENT: the handler's API version (0.5) is incompatible")
+
+    monkeypatch.setattr(jax.ffi, "register_ffi_target", refuse)
+    reason = onednn._load.__wrapped__()
+    assert reason.startswith("cannot register the oneDNN kernels with this jaxlib") and "API version" in reason
