@@ -12,9 +12,9 @@ reduced-precision variants round their inputs to bfloat16, about 1e-2).
 **Whole program** (``check``, on by default). Kernels that win alone can lose together: XLA
 fuses across ops and chooses buffer layouts for the whole program. So the pass also compiles
 and times the whole program with and without the per-op choices and, with ``layout=auto``,
-converted to the other data format (:mod:`paddlejax.passes.layout`) with the same choices
-(``layout=search`` tunes that layout's ops too, for about twice the tuning time), calls
-interleaved; the fastest plan is applied: its layout, and each op's choice as a ``kernel`` annotation that
+in the other data format (:mod:`paddlejax.passes.layout`): the ops are tuned in NHWC, which
+the CPU and GPU kernels favour, and NCHW runs the same choices (``layout=search`` tunes both
+layouts' ops, for about twice the tuning time); calls interleaved; the fastest plan is applied: its layout, and each op's choice as a ``kernel`` annotation that
 lowering honours. The untuned program is always a plan, so the result is never slower than
 it (within timing noise).
 
@@ -433,19 +433,27 @@ def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Pr
 RACE_MARGIN = 1.3
 
 
+# Feature maps of at most this many positions are "small": kernels rank differently there
+# (Winograd's tiles, say, pay off on ResNet's 8x8 and 4x4 stages and not on its 32x32 one)
+SMALL_MAP = 100
+
+
 def op_class(signature: dict) -> tuple:
     """What makes conv ops alike for the kernels: type, dtypes, layout, kernel size, stride,
-    groups, whether the weights are compile-time constants and whether the backward pass is
-    timed too (not the sizes).
+    groups, whether the feature map is small (:data:`SMALL_MAP`), whether the weights are
+    compile-time constants and whether the backward pass is timed too (not the exact sizes).
 
     >>> op_class({"op": "conv2d", "shapes": [[8, 3, 32, 32], [16, 3, 3, 3]], "dtypes": ["float32"] * 2,
-    ...           "attrs": {"stride": [1, 1], "data_format": "NCHW"}})
-    ('conv2d', ('float32', 'float32'), 'NCHW', (3, 3), (1, 1), 1, ())
+    ...           "attrs": {"stride": {"tuple": [2, 2]}, "data_format": "NCHW"}})
+    ('conv2d', ('float32', 'float32'), 'NCHW', (3, 3), (2, 2), 1, 'large', ())
     """
-    attrs = signature.get("attrs", {})
+    attrs = _kernel_attrs(signature) if "attrs" in signature else {}
     kernel = tuple(signature["shapes"][1][2:]) if len(signature["shapes"]) > 1 else ()
+    x = signature["shapes"][0]
+    spatial = x[1:-1] if attrs.get("data_format", "NCHW") in ("NHWC", "NLC", "NDHWC") else x[2:]
     return (signature["op"], tuple(signature["dtypes"]), attrs.get("data_format"), kernel,
-            tuple(attrs.get("stride") or ()), attrs.get("groups", 1), tuple(signature.get("constant_operands", ())),
+            tuple(attrs.get("stride") or ()), attrs.get("groups", 1),
+            "small" if math.prod(spatial) <= SMALL_MAP else "large", tuple(signature.get("constant_operands", ())),
             *(("training",) if signature.get("training") else ()))
 
 
@@ -464,7 +472,7 @@ def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
         try:
             if op_class(other) != cls:
                 continue
-        except (KeyError, TypeError, IndexError):
+        except (KeyError, TypeError, IndexError, ValueError):  # a malformed entry teaches nothing
             continue
         for c, t in times.items():
             if c != DEFAULT and isinstance(t, (int, float)) and t > 0:
@@ -517,8 +525,8 @@ class Autotune(Pass):
     can lose together: XLA fuses across ops and picks layouts for the whole program); a plan
     must beat the program as it is by ``min_gain`` (a fraction; default 3 %, above the timing
     noise) to replace it;
-    ``layout`` is ``auto`` (also time the program converted to the other data format, see
-    :mod:`paddlejax.passes.layout`, with the kernels chosen in this one; needs ``check``),
+    ``layout`` is ``auto`` (tune the ops in NHWC and time the program in both data formats,
+    see :mod:`paddlejax.passes.layout`, NCHW with the kernels chosen in NHWC; needs ``check``),
     ``search`` (the same, with that layout's ops tuned on their own: slower to tune, at times
     a faster program), ``keep``, ``NCHW`` or ``NHWC``;
     ``frozen`` times ops with their parameter operands compiled in as constants, and plans with
@@ -567,18 +575,22 @@ class Autotune(Pass):
             layouts = [self.layout]
         elif self.layout in ("auto", "search") and current in INTO:
             layouts = [current, next(f for f in INTO if f != current)]
+        # layout=auto tunes the ops in channels-last, which the CPU and GPU kernels favour, and
+        # carries those choices into the other layout, judged as a whole program only
+        tuned_in = "NHWC" if self.layout == "auto" and "NHWC" in layouts else current
         plans, tried, carried = [], {}, set()
-        for layout in layouts:
+        for layout in sorted(layouts, key=lambda f: f != tuned_in):
             variant = program.clone()
             if layout != current:
                 ConvertLayout(to=layout).apply(variant, PassContext())
-            if layout == current or self.layout != "auto":
+            if layout == tuned_in or self.layout != "auto":
                 tried[layout] = self.decide(variant, store, ctx)
-                options = self._kernel_options(tried[layout])
-            else:  # the choices made in the current layout, judged by the whole program alone
+            else:
                 carried.add(layout)
-                tried[layout] = _carried(variant, tried[current])
-                options = (any(d.chosen != DEFAULT for d in tried[layout]),)
+                tried[layout] = _carried(variant, tried[tuned_in])
+            options = self._kernel_options(tried[layout])
+            if self.layout == "auto" and layout != current:  # the converted program runs tuned only
+                options = options[-1:]
             plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels)) for kernels in options]
         plans_cached = len(plans) > 1 and self._choose(program, plans, store, ctx)
         tuned = [d for layout, ds in tried.items() if layout not in carried for d in ds]
@@ -590,7 +602,7 @@ class Autotune(Pass):
             ConvertLayout(to=chosen.layout).apply(program, ctx)
             rewriter.changed = True
         # every choice is in the cache by now; the plan's own decisions say which were measured
-        decisions = (_carried(program, tried[current]) if chosen.layout in carried else
+        decisions = (_carried(program, tried[tuned_in]) if chosen.layout in carried else
                      [dataclasses.replace(d, cached=timed.cached) for d, timed in
                       zip(self.decide(program, store, ctx), tried[chosen.layout])])
         _annotate(rewriter, decisions, chosen.kernels)

@@ -145,6 +145,26 @@ def test_ops_like_measured_ones_time_only_the_default_and_the_best_so_far(prog, 
     assert speedups["im2col"] == pytest.approx(5.0) and speedups["winograd"] == pytest.approx(2.5)
 
 
+def test_ops_on_small_feature_maps_do_not_learn_from_large_ones_nor_strides_from_each_other(timings, tmp_path):
+    def conv(size, stride=1):
+        w = np.random.default_rng(size).normal(size=(3, 3, 3, 3)).astype(np.float32)
+        return pj.trace(lambda p, x: pj.ops.conv2d(x, p["w"], padding=1, stride=stride),
+                        pj.InputSpec((None, 3, size, size)), params={"w": w})
+
+    cache = tmp_path / "c.json"
+    everything = len(autotune.candidates("conv2d"))
+    for size, stride, timed in [(8, 1, everything),   # the first small map: every candidate
+                                (6, 1, 2),            # another small one learns from it: the default + top 1
+                                (16, 2, everything),  # a large map, strided: a class of its own
+                                (12, 1, everything),  # a large map, not strided: a class of its own
+                                (16, 1, 2)]:
+        timings[1].clear()
+        tune(conv(size, stride), cache, top_k=1)
+        assert len(timings[1]) == timed, (size, stride)
+    classes = {autotune.op_class(e["signature"])[4:7] for e in json.loads(cache.read_text())["entries"].values()}
+    assert classes == {((1, 1), 1, "small"), ((2, 2), 1, "large"), ((1, 1), 1, "large")}
+
+
 def test_a_candidate_that_has_lost_stops_being_timed():
     import time
 
@@ -339,12 +359,16 @@ def test_each_plan_times_its_own_program(prog, timings, plan_timings, tmp_path):
                        "NCHW": {"NCHW"}}
 
 
-def test_layout_auto_carries_the_kernels_chosen_in_this_layout_into_the_other(prog, timings, plan_timings, tmp_path):
-    # the other layout's ops are not timed one by one: its plan runs the choices made here
+def test_layout_auto_tunes_in_channels_last_and_carries_the_choices_into_channels_first(prog, timings, plan_timings,
+                                                                                       tmp_path):
+    # NCHW's ops are not timed one by one: its plans run the program as it is and with the
+    # choices made in NHWC
     plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC, tuned kernels": 3.0})
     tuned = prog.clone()
     result, plans = tune_plans(tuned, tmp_path / "c.json")
     assert len(timings[1]) == len(autotune.candidates("conv2d")) + len(autotune.candidates("depthwise_conv2d"))
+    entries = json.loads((tmp_path / "c.json").read_text())["entries"].values()
+    assert sorted(e["signature"]["attrs"]["data_format"] for e in entries if "op" in e["signature"]) == ["NHWC"] * 2
     assert [p.label for p in plans] == ["NHWC, tuned kernels", "NCHW, tuned kernels", "NCHW"]
     assert result.stats["tuned"] == 2 and result.stats["annotated"] == 2
     assert [(op.attrs["data_format"], op.attrs.get("kernel")) for op in tuned.walk() if "conv" in op.type] == [
