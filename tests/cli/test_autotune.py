@@ -43,13 +43,13 @@ def test_autotune_prints_a_row_per_conv_and_saves_the_choices(saved_cnn, tmp_pat
     assert lines[3].split() == ["0", "conv2d", "2x6x6x3,", "4x3x3x3", *conv_times, "im2col", "measured"]
     assert lines[4].split()[:3] == ["1", "depthwise_conv2d", "2x6x6x4,"] and lines[4].split()[-2:] == [
         "depthwise_shifted", "measured"]
-    assert lines[5:11] == ["whole program (argument parameters), median ms:",
+    # the ops are tuned in NHWC; NCHW runs as it is and with those choices
+    assert lines[5:10] == ["whole program (argument parameters), median ms:",
                            "plan                    ms",
                            "NHWC, tuned kernels  6.000",
                            "NCHW, tuned kernels  7.000",
-                           "NHWC                 8.000",
                            "NCHW                 9.000"]
-    assert lines[11:] == ["tuned 4, cached 0, annotated 2, plans 4, plans_cached 0", f"saved {out}"]
+    assert lines[10:] == ["tuned 2, cached 0, annotated 2, plans 3, plans_cached 0", f"saved {out}"]
     tuned = pj.load(out)
     assert [(op.attrs["kernel"], op.attrs["data_format"]) for op in tuned.walk() if "conv" in op.type] == [
         ("im2col", "NHWC"), ("depthwise_shifted", "NHWC")]
@@ -64,7 +64,7 @@ def test_a_second_run_reads_the_cache(saved_cnn, tmp_path, capsys):
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[-1] for line in lines[3:5]] == ["cache", "cache"]
-    assert lines[-1] == "tuned 0, cached 4, annotated 2, plans 4, plans_cached 1"
+    assert lines[-1] == "tuned 0, cached 2, annotated 2, plans 3, plans_cached 1"
 
 
 def test_fixed_layout_without_the_whole_program_check(saved_cnn, tmp_path, capsys):
