@@ -14,8 +14,8 @@ fuses across ops and chooses buffer layouts for the whole program. So the pass a
 and times the whole program with and without the per-op choices and, with ``layout=auto``,
 in the other data format (:mod:`paddlejax.passes.layout`): the ops are tuned in NHWC, which
 the CPU and GPU kernels favour, and NCHW runs the same choices (``layout=search`` tunes both
-layouts' ops, for about twice the tuning time); calls interleaved; the fastest plan is applied: its layout, and each op's choice as a ``kernel`` annotation that
-lowering honours. The untuned program is always a plan, so the result is never slower than
+layouts' ops, for about twice the tuning time); calls interleaved; the fastest plan is
+applied: its layout, and each op's choice as a ``kernel`` annotation that lowering honours. The untuned program is always a plan, so the result is never slower than
 it (within timing noise).
 
 Decisions go into a persistent JSON cache keyed by the op's signature (type, input shapes and
@@ -640,8 +640,8 @@ class Autotune(Pass):
             args = random_inputs(program, env)
             if training:
                 args = (program.params, *args)
-                fns = compile_all({plan.label: lambda p=plan.program: jax.jit(gradient_step(p, True)).lower(*args).compile()
-                                   for plan in plans})
+                fns = compile_all({plan.label: lambda p=plan.program: jax.jit(gradient_step(p, True)).lower(
+                    *args).compile() for plan in plans})
             else:
                 fns = compile_all({plan.label: functools.partial(plan.program.compile, *args,
                                                                  freeze_params=self.frozen) for plan in plans})
