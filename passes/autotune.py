@@ -231,25 +231,24 @@ class TuneCache:
 
 def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: int, deadline: float,
             slower_than: float = math.inf) -> float:
-    """Median seconds of ``fn(*args)`` after ``warmup`` calls (the first compiles); stops
-    repeating at ``deadline`` (``time.perf_counter()`` value) after at least one timed run, and
-    once a candidate has lost against ``slower_than`` seconds: three runs put its median above
-    it, one run took twice as long, or the warm-up (first-call costs included) three times.
+    """Median seconds of ``fn(*args)`` after ``warmup`` untimed calls; stops repeating at
+    ``deadline`` (``time.perf_counter()`` value) after at least one timed run, and once a
+    candidate has lost against ``slower_than`` seconds: its fastest of three runs was slower,
+    or of two runs twice as slow. Losing is judged by the fastest run, never by the warm-up:
+    the first calls may compile, or build a library's kernel (oneDNN generates its code then
+    and takes a few calls to reach its pace), and that costs nothing later.
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
-    for _ in range(max(warmup, 1)):  # the first call may still compile
-        start = time.perf_counter()
+    for _ in range(max(warmup, 1)):
         jax.block_until_ready(fn(*args))
-    if time.perf_counter() - start > 3 * slower_than:
-        return time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
-        if (time.perf_counter() > deadline or times[-1] > 2 * slower_than
-                or len(times) >= 3 and statistics.median(times) > slower_than):
+        if (time.perf_counter() > deadline or len(times) >= 2 and min(times) > 2 * slower_than
+                or len(times) >= 3 and min(times) > slower_than):
             break
     return statistics.median(times)
 
@@ -431,21 +430,28 @@ def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Pr
 
 # a candidate whose median passes this multiple of the best so far has lost: it stops being timed
 RACE_MARGIN = 1.3
+# A candidate the cost model expects to run at under this fraction of the default's speed is
+# not timed (unless ``top_k=0``): im2col or shifted matmuls on a CPU, Winograd on large maps
+EXPECTED_LOSS = 2 / 3
 
 
 # Feature maps of at most this many positions are "small": kernels rank differently there
 # (Winograd's tiles, say, pay off on ResNet's 8x8 and 4x4 stages and not on its 32x32 one)
 SMALL_MAP = 100
+# Convolutions reading fewer input channels (per group) than this are "thin": a network's stem,
+# on 1 or 3 colour channels, where the kernels take other code paths than on the layers after
+THIN_INPUT = 8
 
 
 def op_class(signature: dict) -> tuple:
     """What makes conv ops alike for the kernels: type, dtypes, layout, kernel size, stride,
-    groups, whether the feature map is small (:data:`SMALL_MAP`), whether the weights are
-    compile-time constants and whether the backward pass is timed too (not the exact sizes).
+    groups, whether the feature map is small (:data:`SMALL_MAP`) and the input thin
+    (:data:`THIN_INPUT`), whether the weights are compile-time constants and whether the
+    backward pass is timed too (not the exact sizes).
 
     >>> op_class({"op": "conv2d", "shapes": [[8, 3, 32, 32], [16, 3, 3, 3]], "dtypes": ["float32"] * 2,
     ...           "attrs": {"stride": {"tuple": [2, 2]}, "data_format": "NCHW"}})
-    ('conv2d', ('float32', 'float32'), 'NCHW', (3, 3), (2, 2), 1, 'large', ())
+    ('conv2d', ('float32', 'float32'), 'NCHW', (3, 3), (2, 2), 1, 'large', 'thin', ())
     """
     attrs = _kernel_attrs(signature) if "attrs" in signature else {}
     kernel = tuple(signature["shapes"][1][2:]) if len(signature["shapes"]) > 1 else ()
@@ -453,8 +459,35 @@ def op_class(signature: dict) -> tuple:
     spatial = x[1:-1] if attrs.get("data_format", "NCHW") in ("NHWC", "NLC", "NDHWC") else x[2:]
     return (signature["op"], tuple(signature["dtypes"]), attrs.get("data_format"), kernel,
             tuple(attrs.get("stride") or ()), attrs.get("groups", 1),
-            "small" if math.prod(spatial) <= SMALL_MAP else "large", tuple(signature.get("constant_operands", ())),
+            "small" if math.prod(spatial) <= SMALL_MAP else "large",
+            "thin" if len(signature["shapes"]) > 1 and signature["shapes"][1][1] < THIN_INPUT else "wide",
+            tuple(signature.get("constant_operands", ())),
             *(("training",) if signature.get("training") else ()))
+
+
+def predicted_speedups(signature: dict, platform: str | None = None) -> dict[str, float | None]:
+    """``default time / its time`` for each variant of the op of ``signature`` by the op
+    library's cost model (:attr:`~paddlejax.ops.registry.OpDef.estimate`) on ``platform`` (the
+    default device's), ``None`` for a variant that computes as the default does there; empty
+    for an op without a model. Ranks candidates before the cache has measured ops like this.
+
+    >>> sig = {"op": "conv2d", "shapes": [[32, 16, 16, 64], [64, 64, 1, 1]], "dtypes": ["float32"] * 2,
+    ...        "attrs": {"data_format": "NHWC"}}
+    >>> predicted = predicted_speedups(sig, "cpu")
+    >>> predicted["lax_nhwc"], predicted["winograd"], predicted["im2col"] < 1
+    (None, None, True)
+    """
+    opdef = registry.get(signature["op"])
+    if opdef.estimate is None:
+        return {}
+    platform = platform or jax.devices()[0].platform
+    shapes, dtypes, attrs = [tuple(s) for s in signature["shapes"]], signature["dtypes"], _kernel_attrs(signature)
+    base = opdef.estimate(DEFAULT, shapes, dtypes, attrs, platform)
+    out = {}
+    for variant in opdef.variants:
+        t = opdef.estimate(variant, shapes, dtypes, attrs, platform)
+        out[variant] = None if t is None else base / t
+    return out
 
 
 def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
@@ -512,8 +545,10 @@ class Autotune(Pass):
     plans are timed forward and backward, so the choices are those for training;
     ``repeats`` timed runs per candidate after ``warmup`` ones (fewer for a candidate that is
     clearly slower than the best so far); ``top_k`` times only the default and the ``top_k``
-    variants that ran fastest on ops like this one before (by the cache; variants never measured
-    on such ops are always timed; 0: time all); ``max_seconds`` bounds the
+    variants ranked fastest by the cost model: what the cache measured on ops like this one,
+    else the op library's estimate (:func:`predicted_speedups`; variants with neither are always
+    timed, those that compute as the default does never, those expected at under 2/3 of its
+    speed neither; 0: time all); ``max_seconds`` bounds the
     timing of one op (candidates not started by then are skipped; 0: no bound) and of each
     whole-program plan; ``workspace_mb`` skips variants whose :func:`workspace_bytes` exceed it
     (0: no limit); ``reduced_precision`` lets variants that compute in a narrower type
@@ -544,7 +579,7 @@ class Autotune(Pass):
     sizes: str = ""
     repeats: int = 5
     warmup: int = 1
-    top_k: int = 3
+    top_k: int = 2
     max_seconds: float = 10.0
     workspace_mb: float = 0.0
     reduced_precision: bool = False
@@ -725,14 +760,16 @@ class Autotune(Pass):
 
     def _time_candidates(self, op: Op, signature: dict, store: TuneCache) -> dict[str, float | None]:
         """Median milliseconds of each candidate on random inputs of the op's shapes; ``None``
-        for one over the workspace limit, not reached before the op's deadline, or ranked below
-        ``top_k`` by what the cache measured on ops like this one (:func:`learned_speedups`).
+        for one over the workspace limit, not reached before the op's deadline, ranked below
+        ``top_k`` by what the cache measured on ops like this one (:func:`learned_speedups`) or
+        else by the op library's estimate (:func:`predicted_speedups`) or expected to be a clear
+        loss (:data:`EXPECTED_LOSS`), or computing as the default does there.
         The default is always timed, so there is always a choice; a candidate stops being
         timed once it is clearly slower than the best so far."""
         opdef = registry.get(op.type)
         attrs = _kernel_attrs(signature)
         rng = np.random.default_rng(0)
-        arrays = [jax.numpy.asarray(rng.standard_normal(shape), dtype)
+        arrays = [jax.numpy.asarray(rng.standard_normal(shape, np.float32), dtype)
                   for shape, dtype in zip(signature["shapes"], signature["dtypes"])]
         constant = set(signature.get("constant_operands", ()))
         args = tuple(a for i, a in enumerate(arrays) if i not in constant)
@@ -750,13 +787,15 @@ class Autotune(Pass):
                 lambda *v: jax.numpy.sum(forward(kernel, *v)), argnums=floats)(*variable)
 
         limit = self.workspace_mb * 2 ** 20
-        speedups = learned_speedups(store, signature)
+        predicted = predicted_speedups(signature)
+        speedups = {**predicted, **learned_speedups(store, signature)}
         others = [c for c in self._candidates(op.type) if c != DEFAULT]
-        # never measured on ops like this: first in line; then the fastest so far
-        others.sort(key=lambda c: -speedups.get(c, math.inf))
-        known = [c for c in others if c in speedups]
+        # with no estimate and never measured on ops like this: first in line; then the fastest
+        others.sort(key=lambda c: -(speedups.get(c) or math.inf))
+        known = [c for c in others if speedups.get(c) is not None]
         skipped = {c for c in others if limit and workspace_bytes(c, signature) > limit
-                   or self.top_k and c in known[self.top_k:]}
+                   or c in predicted and predicted[c] is None
+                   or self.top_k and (c in known[self.top_k:] or c in known and speedups[c] < EXPECTED_LOSS)}
         timed = [c for c in [DEFAULT, *others] if c not in skipped]
         fns = compile_all({c: lambda c=c: jax.jit(functools.partial(call, opdef.bind if c == DEFAULT
                                                                     else opdef.variants[c])).lower(*args).compile()

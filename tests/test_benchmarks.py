@@ -237,6 +237,12 @@ def test_gpu_campaign_quick_prints_every_section_and_marks_what_needs_a_gpu():
     assert "| failed |" not in table
 
 
+def test_autotune_cold_quick():
+    out = run_quick("autotune_cold.py", timeout=300)
+    rows = re.findall(r"^DigitsCNN\s+(default|exhaustive)\s+\d+\.\d s\s+\d+\.\d\d\s+(\d+\.\d{3})x  \S", out, re.M)
+    assert [r[0] for r in rows] == ["default", "exhaustive"] and rows[1][1] == "1.000", out
+
+
 def test_cpu_latency_quick():
     # also the regression test of the oneDNN kernels under a Predictor at 2 threads: before each
     # primitive had a scratchpad of its own, this run crashed in oneDNN's im2col

@@ -23,6 +23,8 @@ def add_arguments(p) -> None:
     p.add_argument("--cache", default="", help="cache file (default $PADDLEJAX_AUTOTUNE_CACHE or "
                                                "~/.cache/paddlejax/autotune.json)")
     p.add_argument("--repeats", type=int, default=10, help="timed runs per candidate; the median is shown")
+    p.add_argument("--top-k", type=int, default=2,
+                   help="time the default and the k kernels the cost model ranks fastest (0: every kernel)")
     p.add_argument("--workspace-mb", type=float, default=0.0,
                    help="skip kernels needing more extra memory than this (0: no limit)")
     p.add_argument("--layout", default="auto", choices=("auto", "keep", "NCHW", "NHWC"),
@@ -46,8 +48,8 @@ def main(args) -> int:
         check_not_input(args.output, programs=[args.path])
     program = load(args.path)
     sizes = parse_sizes(program, args.size)
-    tune = Autotune(sizes=":".join(f"{k}={v}" for k, v in sizes.items()), repeats=args.repeats, workspace_mb=args.workspace_mb,
-                    reduced_precision=args.reduced_precision, check=not args.no_check, layout=args.layout,
+    tune = Autotune(sizes=":".join(f"{k}={v}" for k, v in sizes.items()), repeats=args.repeats, top_k=args.top_k,
+                    workspace_mb=args.workspace_mb, reduced_precision=args.reduced_precision, check=not args.no_check, layout=args.layout,
                     frozen=args.frozen, cache=args.cache, progress=not args.no_progress)
     ctx = PassContext()
     result = tune.apply(program, ctx)

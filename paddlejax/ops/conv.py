@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -305,6 +306,75 @@ def _conv_flops(in_shapes, out_shapes, attrs):
     return 2 * math.prod(out_shapes[0]) * math.prod(in_shapes[1][1:])
 
 
+# The cost model that ranks a conv's kernels before any is timed (the autotuner times the top
+# few): the fraction of the platform's peak FLOP rate each kernel reaches on convolutions, and
+# the FLOPs per byte at which the platform turns from memory- to compute-bound. Rough on
+# purpose: it only has to put the likely winners first, and the autotuner's cache refines it
+# with what it measures. CPU: ResNet-18's convolutions timed on a 2-core AVX-512 EPYC.
+_EFFICIENCY = {"cpu": {"onednn": 0.6, "im2col": 0.1, "shifted_matmul": 0.07,
+                       "depthwise_shifted": 0.1},
+               "gpu": {"default": 0.6, "lax_nhwc": 0.6, "lax_bf16": 1.2, "winograd": 0.3}}
+_DEFAULT_EFFICIENCY = 0.3
+_BALANCE = {"cpu": 10.0, "gpu": 50.0}
+
+
+def _conv_estimate(variant, in_shapes, dtypes, attrs, platform):
+    """The relative time of ``variant`` on a conv of ``in_shapes`` on ``platform`` (FLOPs at the
+    kernel's efficiency plus bytes moved at the platform's balance), or ``None`` where the
+    variant computes exactly as the reference kernel does (lax.conv in NHWC on an NHWC op;
+    Winograd where it does not apply), so that timing it would teach nothing.
+
+    >>> shapes = [(32, 16, 16, 128), (128, 128, 3, 3)]
+    >>> attrs = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1,
+    ...          "data_format": "NHWC"}
+    >>> _conv_estimate("lax_nhwc", shapes, ["float32"] * 2, attrs, "cpu") is None
+    True
+    >>> (_conv_estimate("onednn", shapes, ["float32"] * 2, attrs, "cpu")
+    ...  < _conv_estimate("default", shapes, ["float32"] * 2, attrs, "cpu")
+    ...  < _conv_estimate("im2col", shapes, ["float32"] * 2, attrs, "cpu"))
+    True
+    """
+    x, w = in_shapes[0], in_shapes[1]
+    fmt = attrs.get("data_format", "NCHW")
+    channels_last = channel_axis(fmt, len(x)) != 1
+    k_hw = tuple(w[2:])
+    stride = tuple(attrs.get("stride") or (1,) * len(k_hw))
+    pads, dil = paddle_padding(attrs.get("padding") or ((0, 0),) * len(k_hw),
+                               tuple(x[1:-1] if channels_last else x[2:]), k_hw, stride,
+                               tuple(attrs.get("dilation") or (1,) * len(k_hw)))
+    out_hw = [(n + lo + hi - d * (k - 1) - 1) // s + 1
+              for n, (lo, hi), k, s, d in zip(x[1:-1] if channels_last else x[2:], pads, k_hw, stride, dil)]
+    taps, cin, cout = math.prod(k_hw), x[-1] if channels_last else x[1], w[0]
+    groups = cin // w[1]
+    itemsize = jnp.dtype(dtypes[0]).itemsize
+    pixels = x[0] * math.prod(out_hw)
+    flops = 2 * pixels * cout * math.prod(w[1:])
+    moved = math.prod(x) + math.prod(w) + pixels * cout
+    if variant == "lax_nhwc":
+        if channels_last:
+            return None
+        moved += 2 * (math.prod(x) + pixels * cout)  # the transposes in and out
+    elif variant == "im2col":
+        moved += 2 * pixels * cin * taps  # the patch buffer, written then read
+    elif variant in ("shifted_matmul", "depthwise_shifted"):
+        moved += taps * (pixels * cin + 2 * pixels * cout)  # each tap's slice, and the running sum
+    elif variant == "winograd":
+        if not (winograd_applies(w, stride, dil, groups, dtypes[0]) and len(k_hw) == 2):
+            return None
+        tiles = x[0] * math.prod(-(-n // 2) for n in out_hw)
+        flops = 2 * 16 * tiles * cin * cout  # 16 products per 2x2 output tile: 4/9 of the direct FLOPs
+        # the 16 planes of transformed input and output tiles, each written and read in
+        # several passes (fitted: Winograd wins on ResNet's 4x4 and 8x8 maps, loses from 16x16)
+        moved += 8 * 2 * 16 * tiles * (cin + cout)
+    elif variant == "lax_bf16":
+        moved //= 2
+    elif variant == "onednn" and not onednn.conv2d_fits(jax.ShapeDtypeStruct(x, dtypes[0]),
+                                                        jax.ShapeDtypeStruct(w, dtypes[1]), fmt, attrs.get("act")):
+        return None
+    efficiency = _EFFICIENCY.get(platform, {}).get(variant, _DEFAULT_EFFICIENCY)
+    return flops / efficiency + moved * itemsize * _BALANCE.get(platform, _BALANCE["cpu"])
+
+
 _VARIANTS = {"lax_nhwc": _lax_nhwc, "im2col": _im2col, "shifted_matmul": _shifted_matmul}
 # Variants computing in a narrower type than their inputs (tried only when that is allowed).
 _REDUCED_PRECISION = {"lax_bf16": _lax_bf16}
@@ -339,6 +409,7 @@ def _define_conv(name, doc, variants, ndim=2, traits=None, **extra):
                   attrs={**_conv_attrs(ndim, **extra), **fused_activation_attrs()},
                   variants=kernels, requires={"onednn": onednn.available} if ndim == 2 else None,
                   reduced_precision=set(variants) & set(_REDUCED_PRECISION), flops=_conv_flops,
+                  estimate=_conv_estimate if ndim == 2 else None,
                   traits=traits or Traits(amp="white", layout_sensitive=True, channels=_grouped,
                                           saved_for_backward=("operands",)))
 

@@ -187,6 +187,9 @@ class OpDef:
     # autotuner offers them only there, and elsewhere they compute by the reference kernel
     requires: dict[str, Callable[[], bool]] = dataclasses.field(default_factory=dict)
     flops: Callable | None = None
+    # estimate(variant, in_shapes, dtypes, attrs, platform): a variant's relative time, or None
+    # where it computes exactly as the reference kernel; the autotuner's cost model
+    estimate: Callable | None = None
     doc: str = ""
     traits: Traits = Traits()
 
@@ -261,15 +264,18 @@ def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[
            outputs: Sequence[str] = ("out",), multiple_results: bool | None = None,
            variants: dict[str, Callable] | None = None, reduced_precision: Sequence[str] = (),
            requires: dict[str, Callable[[], bool]] | None = None, flops: Callable | None = None,
-           traits: Traits) -> OpDef:
+           estimate: Callable | None = None, traits: Traits) -> OpDef:
     """Declare an op and register it under ``name``; returns the :class:`OpDef`.
 
     ``kernel(*arrays, **attrs)`` is the reference implementation; ``variants`` are other
     kernels of the same function, and ``reduced_precision`` names those among them that compute
     in a narrower type (autotuning tries them only when allowed), and ``requires`` maps variants
     that run only somewhere to a predicate saying whether they can here; ``flops(in_shapes,
-    out_shapes, attrs)`` an optional FLOP count; ``traits`` what the op means (required: a pass
-    must never have to guess).
+    out_shapes, attrs)`` an optional FLOP count; ``estimate(variant, in_shapes, dtypes, attrs,
+    platform)`` an optional cost model of the kernels (a relative time per kernel, ``"default"``
+    included, or ``None`` for a variant that computes exactly as the reference does there), which
+    the autotuner ranks candidates by before timing any; ``traits`` what the op means (required:
+    a pass must never have to guess).
     """
     if not isinstance(traits, Traits):
         raise TypeError(f"op '{name}': traits must be a paddlejax.ops.traits.Traits, got {type(traits).__name__}")
@@ -287,7 +293,7 @@ def define(name: str, kernel: Callable, *, inputs: Sequence[Input], attrs: dict[
                outputs=outputs,
                multiple_results=len(outputs) > 1 if multiple_results is None else multiple_results,
                variants=dict(variants or {}), reduced_precision=frozenset(reduced_precision),
-               requires=dict(requires or {}), flops=flops, doc=(kernel.__doc__ or "").strip(),
+               requires=dict(requires or {}), flops=flops, estimate=estimate, doc=(kernel.__doc__ or "").strip(),
                traits=traits)
     _REGISTRY[name] = op
     return op

@@ -63,9 +63,10 @@ def plan_timings(monkeypatch):
 
 def tune(program, cache, **options):
     """Run the pass on ``program`` in place: ``(result, decisions)``. Per-op choices alone
-    unless the options ask for whole-program plans."""
+    unless the options ask for whole-program plans; every candidate timed (``top_k=0``) unless
+    they ask for the cost model's selection."""
     ctx = PassContext()
-    options = {"sizes": "b=2", "cache": str(cache), "check": False, "layout": "keep", **options}
+    options = {"sizes": "b=2", "cache": str(cache), "check": False, "layout": "keep", "top_k": 0, **options}
     result = pj.passes.get_pass("autotune", **options).apply(program, ctx)
     return result, ctx.cache["autotune"]
 
@@ -152,15 +153,19 @@ def test_ops_on_small_feature_maps_do_not_learn_from_large_ones_nor_strides_from
                         pj.InputSpec((None, 3, size, size)), params={"w": w})
 
     cache = tmp_path / "c.json"
-    everything = len(autotune.candidates("conv2d"))
-    for size, stride, timed in [(8, 1, everything),   # the first small map: every candidate
-                                (6, 1, 2),            # another small one learns from it: the default + top 1
-                                (16, 2, everything),  # a large map, strided: a class of its own
-                                (12, 1, everything),  # a large map, not strided: a class of its own
-                                (16, 1, 2)]:
-        timings[1].clear()
-        tune(conv(size, stride), cache, top_k=1)
-        assert len(timings[1]) == timed, (size, stride)
+    tune(conv(8), cache)  # a small map, every candidate timed
+    store = TuneCache(cache)
+    for size, stride, learned in [(6, 1, True),     # another small one learns from it
+                                  (16, 2, False),   # a large map, strided: a class of its own
+                                  (12, 1, False)]:  # a large map, not strided: a class of its own
+        sig = autotune.op_signature(next(op for op in conv(size, stride).walk() if op.type == "conv2d"),
+                                    {"b": 2})
+        assert bool(autotune.learned_speedups(store, sig)) == learned, (size, stride)
+    tune(conv(16, 2), cache)
+    tune(conv(12), cache)
+    timings[1].clear()
+    tune(conv(16), cache, top_k=1)  # learns from the 12x12 map: the default and the best so far
+    assert timings[1] == ["default", "im2col"]
     classes = {autotune.op_class(e["signature"])[4:7] for e in json.loads(cache.read_text())["entries"].values()}
     assert classes == {((1, 1), 1, "small"), ((2, 2), 1, "large"), ((1, 1), 1, "large")}
 
@@ -176,10 +181,24 @@ def test_a_candidate_that_has_lost_stops_being_timed():
     calls.clear()
     ms = autotune.measure("slow", slow, (np.ones(2),), warmup=1, repeats=10, deadline=float("inf"),
                           slower_than=0.002)
-    assert len(calls) == 1 and ms >= 0.02  # ten times slower: the warm-up says enough
+    assert len(calls) == 1 + 2 and ms >= 0.02  # ten times slower: two timed runs say enough
     calls.clear()
     autotune.measure("slow", slow, (np.ones(2),), warmup=1, repeats=10, deadline=float("inf"), slower_than=0.5)
     assert len(calls) == 1 + 10  # not slower: every repeat
+
+
+def test_a_slow_first_call_is_not_held_against_a_candidate():
+    """oneDNN builds its kernel on the first call and takes a few more to reach its pace: it is
+    judged by its fastest run."""
+    import time
+
+    calls = []
+    # a first call of 50 ms, two more at 8 ms, then 1 ms: slower_than 5 ms does not stop it
+    pace = [0.05, 0.008, 0.008] + [0.001] * 5
+    first_slow = lambda x: calls.append(time.sleep(pace[len(calls)])) or x  # noqa: E731
+    ms = autotune.measure("onednn", first_slow, (np.ones(2),), warmup=1, repeats=7, deadline=float("inf"),
+                          slower_than=0.005)
+    assert len(calls) == 1 + 7 and ms < 0.005
 
 
 def test_key_depends_on_signature_device_and_jax_version():
@@ -245,7 +264,7 @@ def test_workspace_limit_skips_the_patch_matrix(prog, timings, tmp_path):
     assert [autotune.workspace_bytes(c, decisions[0].signature) for c in autotune.candidates("conv2d")][:4] == [
         0, (2 * 3 * 64 + 2 * 4 * 64) * 4, 2 * 64 * 27 * 4, 2 * 3 * 100 * 4]
     assert decisions[0].times_ms["im2col"] is None and decisions[0].chosen == "shifted_matmul"
-    assert timings[1][:3] == ["default", "lax_nhwc", "shifted_matmul"]
+    assert all(decisions[0].times_ms[c] is not None for c in ("default", "lax_nhwc", "shifted_matmul"))
 
 
 def test_default_cache_path_follows_the_environment(monkeypatch, tmp_path):
@@ -319,7 +338,7 @@ def plan_labels(ctx_plans):
 
 def tune_plans(program, cache, **options):
     ctx = PassContext()
-    options = {"sizes": "b=2", "cache": str(cache), **options}
+    options = {"sizes": "b=2", "cache": str(cache), "top_k": 0, **options}
     result = pj.passes.get_pass("autotune", **options).apply(program, ctx)
     return result, ctx.cache["autotune_plans"]
 
@@ -366,7 +385,9 @@ def test_layout_auto_tunes_in_channels_last_and_carries_the_choices_into_channel
     plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NHWC, tuned kernels": 3.0})
     tuned = prog.clone()
     result, plans = tune_plans(tuned, tmp_path / "c.json")
-    assert len(timings[1]) == len(autotune.candidates("conv2d")) + len(autotune.candidates("depthwise_conv2d"))
+    # every candidate but lax.conv in NHWC, which on NHWC ops is the default itself
+    assert len(timings[1]) == len(autotune.candidates("conv2d")) + len(autotune.candidates("depthwise_conv2d")) - 2
+    assert "lax_nhwc" not in timings[1]
     entries = json.loads((tmp_path / "c.json").read_text())["entries"].values()
     assert sorted(e["signature"]["attrs"]["data_format"] for e in entries if "op" in e["signature"]) == ["NHWC"] * 2
     assert [p.label for p in plans] == ["NHWC, tuned kernels", "NCHW, tuned kernels", "NCHW"]
@@ -521,7 +542,7 @@ def test_training_plans_are_timed_as_gradient_steps(prog, timings, monkeypatch, 
 
     monkeypatch.setattr(autotune, "measure_programs", fake)
     tuned = prog.clone()
-    pj.passes.get_pass("autotune", cache=str(tmp_path / "c.json"), layout="keep").apply(
+    pj.passes.get_pass("autotune", cache=str(tmp_path / "c.json"), layout="keep", top_k=0).apply(
         tuned, PassContext(training=True, sizes={"b": 2}))
     assert "kernel=" in str(tuned) and len(steps) == 2
     for loss, grads in steps:
@@ -546,7 +567,8 @@ def test_a_trainer_trains_with_the_kernels_tuned_for_training(timings, tmp_path)
     x, y = rng.normal(size=(4, 3, 6, 6)).astype(np.float32), rng.integers(0, 3, 4)
     losses = {}
     for name, passes in (("plain", []), ("tuned", [pj.passes.get_pass(
-            "autotune", cache=str(tmp_path / "c.json"), check=False, layout="keep", exclude="lax_bf16")])):
+            "autotune", cache=str(tmp_path / "c.json"), check=False, layout="keep", exclude="lax_bf16",
+            top_k=0)])):
         nn.seed(0)
         trainer = pj.Trainer(Net(), optax.sgd(0.1, momentum=0.9), progress=False, passes=passes)
         losses[name] = [trainer.train_batch([x], y) for _ in range(3)]
@@ -556,3 +578,34 @@ def test_a_trainer_trains_with_the_kernels_tuned_for_training(timings, tmp_path)
                       ["entries"].values() if e["signature"].get("training")]
             assert shapes == [[4, 3, 6, 6]]  # timed at the first batch's size
     np.testing.assert_allclose(losses["tuned"], losses["plain"], rtol=1e-4)
+
+
+def test_a_cold_cache_times_the_default_and_the_cost_models_top_picks(prog, timings, monkeypatch, tmp_path):
+    # relative times by the op library's model: Winograd and oneDNN ahead, shifted matmuls third,
+    # im2col a clear loss, lax.conv in NHWC computing as the default does
+    model = {"default": 10.0, "lax_nhwc": None, "im2col": 30.0, "shifted_matmul": 12.0, "winograd": 5.0,
+             "onednn": 4.0, "lax_bf16": 10.0}
+    monkeypatch.setattr(pj.ops.registry.get("conv2d"), "estimate", lambda variant, *a: model[variant])
+    _, decisions = tune(prog, tmp_path / "a.json", top_k=2)
+    timed = {c for c, t in decisions[0].times_ms.items() if t is not None}
+    assert timed == {"default", "winograd"} | ({"onednn"} if "onednn" in autotune.candidates("conv2d") else
+                                               {"shifted_matmul"})
+    _, decisions = tune(prog, tmp_path / "b.json", top_k=0)  # every candidate but the default's twin
+    assert {c for c, t in decisions[0].times_ms.items() if t is None} == {"lax_nhwc"}
+
+
+def test_predicted_speedups_follow_the_conv_cost_model():
+    from paddlejax.ir import attrs
+
+    sig = lambda shape, weight, stride, fmt: {  # noqa: E731
+        "op": "conv2d", "shapes": [list(shape), list(weight)], "dtypes": ["float32"] * 2,
+        "attrs": {k: attrs.encode(v) for k, v in {"stride": stride, "padding": ((1, 1), (1, 1)),
+                                                  "data_format": fmt}.items()}}
+    small = autotune.predicted_speedups(sig((32, 4, 4, 512), (512, 512, 3, 3), (1, 1), "NHWC"), "cpu")
+    large = autotune.predicted_speedups(sig((32, 32, 32, 64), (64, 64, 3, 3), (1, 1), "NHWC"), "cpu")
+    strided = autotune.predicted_speedups(sig((32, 64, 32, 32), (128, 64, 3, 3), (2, 2), "NCHW"), "cpu")
+    assert small["lax_nhwc"] is None and strided["lax_nhwc"] is not None  # NHWC ops: the default itself
+    assert strided["winograd"] is None  # Winograd falls back to lax.conv on strided convs
+    assert small["winograd"] > 1 > autotune.EXPECTED_LOSS > large["winograd"]  # wins on small maps only
+    assert all(p["im2col"] < autotune.EXPECTED_LOSS for p in (small, large, strided))
+    assert autotune.predicted_speedups({"op": "relu", "shapes": [[2]], "dtypes": ["float32"], "attrs": {}}) == {}
