@@ -155,6 +155,7 @@ class TuneCache:
         self.entries: dict[str, dict] = {}
         self.writable = True
         self._stored: set[str] = set()  # keys this process measured: they win when merging
+        self._classes: dict[str, tuple | None] = {}  # class_of's answers, by key
         self.entries = self._read(warn=True)
 
     def _read(self, warn: bool) -> dict:
@@ -200,6 +201,18 @@ class TuneCache:
     def store(self, key: str, entry: dict) -> None:
         self.entries[key] = entry
         self._stored.add(key)
+        self._classes.pop(key, None)
+
+    def class_of(self, key: str) -> tuple | None:
+        """``(device, jax version, op_class)`` of the op entry under ``key``, decoded once per
+        entry; None for a plan's entry or a malformed one (which teaches nothing)."""
+        if key not in self._classes:
+            entry = self.entries.get(key)
+            try:
+                self._classes[key] = (entry["device"], entry["jax"], op_class(entry["signature"]))
+            except (KeyError, TypeError, IndexError, ValueError, AttributeError):
+                self._classes[key] = None
+        return self._classes[key]
 
     def save(self) -> None:
         """Write the file atomically (a temporary file in the same folder, then a rename),
@@ -216,6 +229,7 @@ class TuneCache:
             if not self.writable:  # replaced by someone else's file meanwhile
                 return
             self.entries = {**merged, **{k: self.entries[k] for k in self._stored}}
+            self._classes.clear()
             data = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": self.entries}
             fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
             try:
@@ -494,18 +508,13 @@ def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
     """For each variant measured on ops of the same :func:`op_class` on this device and jax
     version, the median of ``default time / its time`` over those ops: the cost model that ranks
     candidates, refined by every op the cache has measured."""
-    device, version, cls = device_kind(), jax.__version__, op_class(signature)
+    wanted = (device_kind(), jax.__version__, op_class(signature))
     ratios: dict[str, list[float]] = {}
-    for entry in store.entries.values():
-        if not isinstance(entry, dict) or entry.get("device") != device or entry.get("jax") != version:
+    for key, entry in store.entries.items():
+        if store.class_of(key) != wanted:
             continue
-        times, other = entry.get("times_ms"), entry.get("signature")
-        if not isinstance(times, dict) or not isinstance(other, dict) or not times.get(DEFAULT):
-            continue
-        try:
-            if op_class(other) != cls:
-                continue
-        except (KeyError, TypeError, IndexError, ValueError):  # a malformed entry teaches nothing
+        times = entry.get("times_ms")
+        if not isinstance(times, dict) or not isinstance(times.get(DEFAULT), (int, float)) or not times[DEFAULT]:
             continue
         for c, t in times.items():
             if c != DEFAULT and isinstance(t, (int, float)) and t > 0:

@@ -609,3 +609,20 @@ def test_predicted_speedups_follow_the_conv_cost_model():
     assert small["winograd"] > 1 > autotune.EXPECTED_LOSS > large["winograd"]  # wins on small maps only
     assert all(p["im2col"] < autotune.EXPECTED_LOSS for p in (small, large, strided))
     assert autotune.predicted_speedups({"op": "relu", "shapes": [[2]], "dtypes": ["float32"], "attrs": {}}) == {}
+
+
+def test_learned_speedups_follow_new_entries_and_skip_malformed_ones(prog, timings, tmp_path):
+    tune(prog.clone(), tmp_path / "c.json")
+    store = TuneCache(tmp_path / "c.json")
+    key, entry = next((k, e) for k, e in store.entries.items() if e["signature"]["op"] == "conv2d")
+    assert autotune.learned_speedups(store, entry["signature"])["im2col"] == pytest.approx(5.0)
+    # an entry of the same class measured later by this process counts from then on
+    other = json.loads(json.dumps(entry))
+    other["signature"]["shapes"][0][0] = 3
+    other["times_ms"] = {**other["times_ms"], "default": 6.0, "im2col": 2.0}
+    store.store("another", other)
+    assert autotune.learned_speedups(store, entry["signature"])["im2col"] == pytest.approx(4.0)  # median of 5, 3
+    for bad in ("not an entry", {"device": "cpu"}, {**other, "signature": {"op": "conv2d"}},
+                {**other, "times_ms": {"default": "fast"}}, {**other, "times_ms": None}):
+        store.store("bad", bad)
+        assert autotune.learned_speedups(store, entry["signature"])["im2col"] == pytest.approx(4.0)
