@@ -220,6 +220,17 @@ def test_corrupt_cache_warns_retunes_and_is_rewritten(prog, timings, tmp_path):
     assert len(json.loads(cache.read_text())["entries"]) == 2
 
 
+def test_a_cache_of_the_first_version_is_retuned(prog, timings, tmp_path):
+    # version 1 judged some candidates by their warm-up: oneDNN lost where it is faster
+    cache = tmp_path / "c.json"
+    tune(prog.clone(), cache)
+    data = json.loads(cache.read_text())
+    cache.write_text(json.dumps({**data, "version": 1}))
+    with pytest.warns(AutotuneCacheWarning, match="has version 1 .*expected version 2.*rewritten"):
+        result, _ = tune(prog, cache)
+    assert result.stats["tuned"] == 2 and json.loads(cache.read_text())["version"] == 2
+
+
 def test_foreign_file_warns_and_is_left_untouched(prog, timings, tmp_path):
     cache = tmp_path / "settings.json"
     cache.write_text('{"theme": "dark"}')
