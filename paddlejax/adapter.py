@@ -160,6 +160,64 @@ def make_bilinear_primitive(name: str, kernel, transpose_lhs, transpose_rhs):
     return bind
 
 
+def make_linear_primitive(name: str, kernel, reference, transpose, n_linear: int, multiple_results: bool = False):
+    """Wrap ``kernel(*linear, *rest, **params)``, linear in its first ``n_linear`` arguments
+    jointly (a derivative's tangent map, given the primal values in ``rest``), as a JAX
+    primitive whose reverse mode calls ``transpose(cts, *rest, **params)`` for the linear
+    arguments' cotangents (a sequence, ``cts`` a sequence too when there are several results).
+    ``reference`` is the same function in plain JAX: the derivatives with respect to ``rest``
+    (second order) and batching come from it. Returns ``bind(*args, **params)``.
+
+    >>> scale = make_linear_primitive("my_scale", lambda t, s: t * s, lambda t, s: t * s,
+    ...                               lambda ct, s: [ct * s], n_linear=1)
+    >>> float(jax.grad(lambda t: scale(t, jax.numpy.float32(3.0)))(jax.numpy.float32(2.0)))
+    3.0
+    """
+    prim = Primitive(name)
+    prim.multiple_results = multiple_results
+    prim.def_impl(kernel)
+
+    def abstract_eval(*avals, **params):
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+        out = jax.eval_shape(functools.partial(reference, **params), *structs)
+        if multiple_results:
+            return [jax.core.ShapedArray(o.shape, o.dtype) for o in out]
+        return jax.core.ShapedArray(out.shape, out.dtype)
+
+    prim.def_abstract_eval(abstract_eval)
+    mlir.register_lowering(prim, mlir.lower_fun(kernel, multiple_results=multiple_results))
+
+    def jvp(primals, tangents, **params):
+        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+        _, t_out = jax.jvp(functools.partial(reference, **params), tuple(primals), tangents)
+        return prim.bind(*primals, **params), t_out
+
+    ad.primitive_jvps[prim] = jvp
+
+    def transpose_rule(cts, *args, **params):
+        cts = [ad.instantiate_zeros(ct) for ct in cts] if multiple_results else ad.instantiate_zeros(cts)
+        rest = args[n_linear:]
+        if any(ad.is_undefined_primal(a) for a in rest):
+            raise ValueError(f"{name} is linear in its first {n_linear} arguments only")
+        out = transpose(cts, *rest, **params)
+        return [ct if ad.is_undefined_primal(a) else None for ct, a in zip(out, args)] + [None] * len(rest)
+
+    ad.primitive_transposes[prim] = transpose_rule
+
+    def batch(args, dims, **params):
+        out = jax.vmap(functools.partial(reference, **params), in_axes=tuple(dims))(*args)
+        return out, ([0] * len(out) if multiple_results else 0)
+
+    batching.primitive_batchers[prim] = batch
+
+    def bind(*args, **params):
+        out = prim.bind(*match_varying(args), **params)
+        return tuple(out) if multiple_results else out
+
+    bind.primitive = prim
+    return bind
+
+
 # ---------------------------------------------------------------------------------------
 # Reading jaxprs
 

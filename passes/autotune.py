@@ -76,8 +76,10 @@ DEFAULT = "default"
 CACHE_ENV = "PADDLEJAX_AUTOTUNE_CACHE"
 CACHE_FORMAT = "paddlejax-autotune"
 # 2: a candidate loses by its fastest run; version 1 judged some by their warm-up, so oneDNN
-# kernels (slow on their first calls) lost where they are faster: its entries are retuned
-CACHE_VERSION = 2
+# kernels (slow on their first calls) lost where they are faster: its entries are retuned.
+# 3: training timings take a gradient that varies; version 2's all-ones gradient let XLA
+# simplify batch norm's backward pass, which then beat oneDNN's on paper only
+CACHE_VERSION = 3
 # A progress bar (ops tuned, rate, time left) shows when at least this many ops are to be timed
 PROGRESS_MIN_OPS = 4
 
@@ -384,22 +386,28 @@ def random_inputs(program: Program, env: dict) -> tuple:
     return tuple(jax.tree_util.tree_unflatten(program.in_tree, leaves))
 
 
+def _square_sum(out):
+    """Half the sum of squares of ``out``'s float leaves: a loss whose gradient (``out``
+    itself) varies over every element, as a real loss's does. A plain sum's gradient, all ones,
+    lets XLA simplify the backward pass (batch norm's by 30x) and would misjudge kernels."""
+    return sum(0.5 * jax.numpy.vdot(leaf, leaf) for leaf in jax.tree_util.tree_leaves(out)
+               if jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating))
+
+
 def gradient_step(program: Program, training: bool = False) -> Callable:
-    """``f(params, *inputs)``: the sum of ``program``'s float outputs (of a ``training``-mode
-    capture, its outputs without the state updates) and its gradient with respect to the float
-    parameters: what the autotuner times to choose kernels for training.
+    """``f(params, *inputs)``: half the sum of squares of ``program``'s float outputs (of a
+    ``training``-mode capture, its outputs without the state updates) and its gradient with
+    respect to the float parameters: what the autotuner times to choose kernels for training.
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> prog = pj.trace(lambda p, x: x @ p["w"], jnp.ones((1, 2)), params={"w": jnp.eye(2)})
     >>> loss, grads = gradient_step(prog)(prog.params, jnp.ones((1, 2)))
     >>> float(loss), grads["w"].tolist()
-    (2.0, [[1.0, 1.0], [1.0, 1.0]])
+    (1.0, [[1.0, 1.0], [1.0, 1.0]])
     """
     def loss(weights, fixed, *inputs):
         out = program.apply({**fixed, **weights}, *inputs)
-        out = out[0] if training else out
-        return sum(jax.numpy.sum(leaf) for leaf in jax.tree_util.tree_leaves(out)
-                   if jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating))
+        return _square_sum(out[0] if training else out)
 
     def step(params, *inputs):
         floating = {k: v for k, v in params.items() if jax.numpy.issubdtype(v.dtype, jax.numpy.floating)}
@@ -470,13 +478,14 @@ def op_class(signature: dict) -> tuple:
     ('conv2d', ('float32', 'float32'), 'NCHW', (3, 3), (2, 2), 1, 'large', 'thin', ())
     """
     attrs = _kernel_attrs(signature) if "attrs" in signature else {}
-    kernel = tuple(signature["shapes"][1][2:]) if len(signature["shapes"]) > 1 else ()
+    weight = signature["shapes"][1] if len(signature["shapes"]) > 1 else []  # a conv's; a norm's running mean
+    kernel = tuple(weight[2:])
     x = signature["shapes"][0]
     spatial = x[1:-1] if attrs.get("data_format", "NCHW") in ("NHWC", "NLC", "NDHWC") else x[2:]
     return (signature["op"], tuple(signature["dtypes"]), attrs.get("data_format"), kernel,
             tuple(attrs.get("stride") or ()), attrs.get("groups", 1),
             "small" if math.prod(spatial) <= SMALL_MAP else "large",
-            "thin" if len(signature["shapes"]) > 1 and signature["shapes"][1][1] < THIN_INPUT else "wide",
+            "thin" if len(weight) > 1 and weight[1] < THIN_INPUT else "wide",
             tuple(signature.get("constant_operands", ())),
             *(("training",) if signature.get("training") else ()))
 
@@ -791,11 +800,13 @@ class Autotune(Pass):
                 operands.append(a if i in constant else next(rest))
             return kernel(*operands, **attrs)
 
-        if signature.get("training"):  # the output and the gradients of every float operand
+        if signature.get("training"):
+            # the first output and the gradients of every float operand (the other outputs of
+            # an op with several are statistics and state, as batch norm's, not differentiated)
             floats = tuple(i for i, a in enumerate(args) if jax.numpy.issubdtype(a.dtype, jax.numpy.floating))
             forward = call
             call = lambda kernel, *variable: jax.value_and_grad(  # noqa: E731
-                lambda *v: jax.numpy.sum(forward(kernel, *v)), argnums=floats)(*variable)
+                lambda *v: _square_sum(jax.tree.leaves(forward(kernel, *v))[0]), argnums=floats)(*variable)
 
         limit = self.workspace_mb * 2 ** 20
         predicted = predicted_speedups(signature)

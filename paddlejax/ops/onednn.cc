@@ -397,6 +397,100 @@ ffi::Error Conv2dBackwardWeightsImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F
                      dw->untyped_data());
 }
 
+// Batch norm in training, for 4-D activations in NCHW or NHWC order (other ranks are viewed
+// as 4-D by the caller): the forward pass normalises with the batch's statistics and returns
+// them; the backward pass takes the output's gradient to the input's, the scale's and the
+// shift's. Built together (the backward primitive needs the forward's as its hint).
+struct BatchNorm {
+  dnnl::batch_normalization_forward forward;
+  dnnl::batch_normalization_backward backward;
+  memory::desc data, stat;
+  memory forward_scratchpad, backward_scratchpad;
+  std::mutex mu;
+};
+
+std::unordered_map<std::string, std::unique_ptr<BatchNorm>> batch_norm_cache;
+
+BatchNorm* GetBatchNorm(ffi::Span<const int64_t> dims, bool nhwc, float epsilon) {
+  int32_t epsilon_bits;
+  std::memcpy(&epsilon_bits, &epsilon, sizeof epsilon_bits);
+  std::string key = Key({dims}, {nhwc, epsilon_bits});
+  std::lock_guard<std::mutex> lock(cache_mu);
+  auto it = batch_norm_cache.find(key);
+  if (it != batch_norm_cache.end()) return it->second.get();
+  auto bn = std::make_unique<BatchNorm>();
+  auto f32 = memory::data_type::f32;
+  // oneDNN's dimensions are NCHW-indexed whatever the layout
+  memory::dims nchw = nhwc ? memory::dims{dims[0], dims[3], dims[1], dims[2]} : Dims(dims);
+  bn->data = memory::desc(nchw, f32, nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
+  bn->stat = memory::desc({nchw[1]}, f32, memory::format_tag::x);
+  auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::batch_normalization_forward::primitive_desc forward(Engine(), dnnl::prop_kind::forward_training, bn->data,
+                                                            bn->data, epsilon, flags, attr);
+  dnnl::batch_normalization_backward::primitive_desc backward(Engine(), dnnl::prop_kind::backward, bn->data,
+                                                              bn->data, bn->data, epsilon, flags, forward, attr);
+  bn->forward = dnnl::batch_normalization_forward(forward);
+  bn->backward = dnnl::batch_normalization_backward(backward);
+  bn->forward_scratchpad = memory(forward.scratchpad_desc(), Engine());
+  bn->backward_scratchpad = memory(backward.scratchpad_desc(), Engine());
+  return (batch_norm_cache[key] = std::move(bn)).get();
+}
+
+// Run `prim` of the batch norm for `dims` on XLA's buffers, each named by its oneDNN argument.
+ffi::Error RunBatchNorm(const char* op, ffi::Span<const int64_t> dims, bool nhwc, float epsilon, bool backward,
+                        std::initializer_list<std::pair<int, const void*>> data,
+                        std::initializer_list<std::pair<int, const void*>> stats) {
+  if (dims.size() != 4) return ffi::Error::InvalidArgument(std::string(op) + ": expects a 4-D input");
+  BatchNorm* bn;
+  try {
+    bn = GetBatchNorm(dims, nhwc, epsilon);
+  } catch (const dnnl::error& e) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": " + e.what());
+  }
+  try {
+    dnnl::stream stream(Engine());
+    std::lock_guard<std::mutex> lock(bn->mu);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SCRATCHPAD, backward ? bn->backward_scratchpad : bn->forward_scratchpad}};
+    for (auto [arg, ptr] : data) args[arg] = memory(bn->data, Engine(), const_cast<void*>(ptr));
+    for (auto [arg, ptr] : stats) args[arg] = memory(bn->stat, Engine(), const_cast<void*>(ptr));
+    if (backward) {
+      bn->backward.execute(stream, args);
+    } else {
+      bn->forward.execute(stream, args);
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ffi::Error::Internal(std::string(op) + ": " + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+// y = (x - mean) / sqrt(var + epsilon) * scale + shift, with the batch's mean and biased variance
+ffi::Error BatchNormTrainingImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> shift,
+                                 ffi::ResultBuffer<ffi::F32> y, ffi::ResultBuffer<ffi::F32> mean,
+                                 ffi::ResultBuffer<ffi::F32> var, float epsilon, bool nhwc) {
+  return RunBatchNorm("oneDNN batch_norm", x.dimensions(), nhwc, epsilon, false,
+                      {{DNNL_ARG_SRC, x.untyped_data()}, {DNNL_ARG_DST, y->untyped_data()}},
+                      {{DNNL_ARG_SCALE, scale.untyped_data()}, {DNNL_ARG_SHIFT, shift.untyped_data()},
+                       {DNNL_ARG_MEAN, mean->untyped_data()}, {DNNL_ARG_VARIANCE, var->untyped_data()}});
+}
+
+// dx, dscale, dshift from x, dy and the forward pass's scale and statistics
+ffi::Error BatchNormBackwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> scale,
+                                 ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> var,
+                                 ffi::ResultBuffer<ffi::F32> dx, ffi::ResultBuffer<ffi::F32> dscale,
+                                 ffi::ResultBuffer<ffi::F32> dshift, float epsilon, bool nhwc) {
+  return RunBatchNorm("oneDNN batch_norm backward", x.dimensions(), nhwc, epsilon, true,
+                      {{DNNL_ARG_SRC, x.untyped_data()}, {DNNL_ARG_DIFF_DST, dy.untyped_data()},
+                       {DNNL_ARG_DIFF_SRC, dx->untyped_data()}},
+                      {{DNNL_ARG_SCALE, scale.untyped_data()}, {DNNL_ARG_MEAN, mean.untyped_data()},
+                       {DNNL_ARG_VARIANCE, var.untyped_data()}, {DNNL_ARG_DIFF_SCALE, dscale->untyped_data()},
+                       {DNNL_ARG_DIFF_SHIFT, dshift->untyped_data()}});
+}
+
 }  // namespace
 
 #define CONV_GEOMETRY                                  \
@@ -455,3 +549,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2dBackwardWeights, Conv2dBackwa
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .CONV_GEOMETRY);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnBatchNormTraining, BatchNormTrainingImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("epsilon")
+                                  .Attr<bool>("nhwc"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnBatchNormBackward, BatchNormBackwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("epsilon")
+                                  .Attr<bool>("nhwc"));

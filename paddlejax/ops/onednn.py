@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.machinery
+import math
 import os
 import sys
 from pathlib import Path
@@ -36,7 +37,9 @@ _TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d",
             "paddlejax_onednn_conv2d_backward_data": "PaddlejaxOnednnConv2dBackwardData",
             "paddlejax_onednn_conv2d_backward_weights": "PaddlejaxOnednnConv2dBackwardWeights",
             "paddlejax_onednn_quantized_conv2d": "PaddlejaxOnednnQuantizedConv2d",
-            "paddlejax_onednn_requantized_conv2d": "PaddlejaxOnednnRequantizedConv2d"}
+            "paddlejax_onednn_requantized_conv2d": "PaddlejaxOnednnRequantizedConv2d",
+            "paddlejax_onednn_batch_norm_training": "PaddlejaxOnednnBatchNormTraining",
+            "paddlejax_onednn_batch_norm_backward": "PaddlejaxOnednnBatchNormBackward"}
 
 
 def _extension() -> Path | None:
@@ -265,3 +268,103 @@ def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation
     out = jnp.reshape(out_scale, (1,)).astype(jnp.float32) / 127
     return _call("paddlejax_onednn_requantized_conv2d", config, x_q, w_q, *scales, bias, out, has_bias=has_bias,
                  dtype=jnp.int8)
+
+
+def batch_norm_fits(x, data_format: str) -> bool:
+    """Whether oneDNN's batch norm computes this training-mode ``batch_norm``: float32, at least
+    2-D, channels first or last (``data_format`` one of the op's layouts).
+
+    >>> batch_norm_fits(jnp.ones((2, 4, 4, 3)), "NHWC"), batch_norm_fits(jnp.ones((2, 3), jnp.bfloat16), "NC")
+    (True, False)
+    """
+    return x.ndim >= 2 and x.dtype == jnp.float32 and (data_format.startswith("NC") or data_format.endswith("C"))
+
+
+def batch_norm_training(x, weight, bias, *, epsilon: float, data_format: str):
+    """Batch norm in training by oneDNN: ``(out, batch mean, biased batch variance)``, the
+    mean and variance over every axis but the channel one. Differentiable in forward and
+    reverse mode, to any order; reverse mode runs oneDNN's backward kernel. ``weight`` and
+    ``bias`` may be None. Callers check :func:`batch_norm_fits`.
+
+    >>> if available():
+    ...     out, mean, var = batch_norm_training(jnp.arange(8.0).reshape(4, 2), None, None, epsilon=0.0,
+    ...                                          data_format="NC")
+    ...     assert mean.tolist() == [3.0, 4.0] and var.tolist() == [5.0, 5.0]
+    """
+    if not available():
+        raise RuntimeError(f"oneDNN batch_norm: {unavailable_reason()}")
+    nhwc = x.ndim > 2 and data_format[-1] == "C"
+    c = x.shape[-1] if nhwc else x.shape[1]
+    # every layout as a 4-D one oneDNN knows: (N, C, H, W) in nchw or nhwc order
+    view = (x.shape[0], math.prod(x.shape[1:-1]), 1, c) if nhwc else (x.shape[0], c, math.prod(x.shape[2:]), 1)
+    weight = jnp.ones((c,), x.dtype) if weight is None else weight.astype(x.dtype)
+    bias = jnp.zeros((c,), x.dtype) if bias is None else bias.astype(x.dtype)
+    out, mean, var = _batch_norm(x.reshape(view), weight, bias, float(epsilon), nhwc)
+    return out.reshape(x.shape), mean, var
+
+
+def _bn_ffi(target, operands, shapes, epsilon, nhwc):
+    call = jax.ffi.ffi_call(target, [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes],
+                            vmap_method="sequential")
+    return tuple(call(*operands, epsilon=np.float32(epsilon), nhwc=bool(nhwc)))
+
+
+def _bn_view(nhwc, c):
+    """(the reduced axes, the shape a per-channel vector broadcasts in) of a 4-D view."""
+    return ((0, 1, 2), (1, 1, 1, c)) if nhwc else ((0, 2, 3), (1, c, 1, 1))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _batch_norm(x, weight, bias, epsilon, nhwc):
+    c = weight.shape[0]
+    return _bn_ffi("paddlejax_onednn_batch_norm_training", (x, weight, bias), (x.shape, (c,), (c,)), epsilon, nhwc)
+
+
+@_batch_norm.defjvp
+def _batch_norm_jvp(epsilon, nhwc, primals, tangents):
+    x, weight, _ = primals
+    dx = tangents[0]
+    out, mean, var = _batch_norm(*primals, epsilon, nhwc)
+    axes, vector = _bn_view(nhwc, weight.shape[0])
+    dout = _bn_tangent(*tangents, x, weight, mean, var, epsilon=epsilon, nhwc=nhwc)
+    dvar = 2 * jnp.mean(dx * (x - mean.reshape(vector)), axes)
+    return (out, mean, var), (dout, jnp.mean(dx, axes), dvar)
+
+
+# The derivative of the batch-normalised output with respect to (x, weight, bias), and its
+# transpose, as linear primitives that transpose into one another: reverse mode runs
+# oneDNN's backward kernel, forward mode and second derivatives the plain-JAX references.
+def _standardised(x, mean, var, epsilon, nhwc):
+    _, vector = _bn_view(nhwc, mean.shape[0])
+    rstd = jax.lax.rsqrt(var + epsilon).reshape(vector)
+    return (x - mean.reshape(vector)) * rstd, rstd
+
+
+def _tangent_reference(dx, dweight, dbias, x, weight, mean, var, *, epsilon, nhwc):
+    axes, vector = _bn_view(nhwc, weight.shape[0])
+    xhat, rstd = _standardised(x, mean, var, epsilon, nhwc)
+    dxhat = rstd * (dx - jnp.mean(dx, axes, keepdims=True) - xhat * jnp.mean(dx * xhat, axes, keepdims=True))
+    return dxhat * weight.reshape(vector) + xhat * dweight.reshape(vector) + dbias.reshape(vector)
+
+
+def _backward_reference(dout, x, weight, mean, var, *, epsilon, nhwc):
+    axes, vector = _bn_view(nhwc, weight.shape[0])
+    xhat, rstd = _standardised(x, mean, var, epsilon, nhwc)
+    dbias, dweight = jnp.sum(dout, axes), jnp.sum(dout * xhat, axes)
+    count = x.size // weight.shape[0]
+    dx = (weight.reshape(vector) * rstd) * (dout - (dbias.reshape(vector) + xhat * dweight.reshape(vector)) / count)
+    return dx, dweight, dbias
+
+
+def _backward_kernel(dout, x, weight, mean, var, *, epsilon, nhwc):
+    c = weight.shape[0]
+    return _bn_ffi("paddlejax_onednn_batch_norm_backward", (x, dout, weight, mean, var), (x.shape, (c,), (c,)),
+                   epsilon, nhwc)
+
+
+_bn_tangent = adapter.make_linear_primitive(
+    "onednn_batch_norm_tangent", _tangent_reference, _tangent_reference,
+    lambda ct, *rest, **params: _bn_backward(ct, *rest, **params), n_linear=3)
+_bn_backward = adapter.make_linear_primitive(
+    "onednn_batch_norm_backward", _backward_kernel, _backward_reference,
+    lambda cts, *rest, **params: [_bn_tangent(*cts, *rest, **params)], n_linear=1, multiple_results=True)

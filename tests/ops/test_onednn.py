@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import paddlejax as pj
-from paddlejax.ops import conv2d, depthwise_conv2d, onednn
+from paddlejax.ops import batch_norm, conv2d, depthwise_conv2d, onednn
 from paddlejax.passes import autotune
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason=f"oneDNN kernels: {onednn.unavailable_reason()}")
@@ -239,13 +239,17 @@ def test_a_program_with_the_kernel_chosen_runs_and_saves(tmp_path):
 def test_without_the_extension_everything_still_runs():
     code = """
 import jax.numpy as jnp, numpy as np
-from paddlejax.ops import conv2d, onednn
+from paddlejax.ops import batch_norm, conv2d, onednn
 from paddlejax.passes import autotune
 assert not onednn.available() and "PADDLEJAX_ONEDNN=0" in onednn.unavailable_reason()
 assert "onednn" not in autotune.candidates("conv2d")
 x, w = jnp.ones((1, 2, 5, 5)), jnp.ones((3, 2, 3, 3))
 kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), data_format="NCHW", groups=1)
 np.testing.assert_array_equal(conv2d.variants["onednn"](x, w, **kw), conv2d.kernel(x, w, **kw))
+bn = dict(epsilon=1e-5, momentum=0.9, training=True, data_format="NCHW")
+for got, want in zip(batch_norm.variants["onednn"](x, jnp.zeros(2), jnp.ones(2), **bn),
+                     batch_norm.kernel(x, jnp.zeros(2), jnp.ones(2), **bn)):
+    np.testing.assert_array_equal(got, want)
 try:
     onednn.conv2d(x, w, None, stride=(1, 1), pads=((1, 1), (1, 1)), dilation=(1, 1), groups=1, data_format="NCHW")
 except RuntimeError as e:
@@ -269,3 +273,125 @@ def test_a_jaxlib_that_refuses_the_kernels_leaves_them_unavailable_with_the_reas
     monkeypatch.setattr(jax.ffi, "register_ffi_target", refuse)
     reason = onednn._load.__wrapped__()
     assert reason.startswith("cannot register the oneDNN kernels with this jaxlib") and "API version" in reason
+
+
+# -- batch norm in training --------------------------------------------------------------------
+
+BN_CASES = [((4, 5, 6, 3), "NHWC"), ((4, 3, 5, 6), "NCHW"), ((8, 3), "NC"), ((2, 3, 7), "NCL"), ((2, 7, 3), "NLC"),
+            ((2, 3, 2, 3, 4), "NDHWC")]
+
+
+def _bn_operands(shape, data_format, affine=True):
+    x = f32(*shape) * 3 + 2  # a mean far from 0: the statistics must not lose digits
+    c = shape[-1] if data_format.endswith("C") and len(shape) > 2 else shape[1]
+    weight, bias = (f32(c) + 1, f32(c)) if affine else (None, None)
+    return x, f32(c), jnp.abs(f32(c)) + 0.5, weight, bias
+
+
+BN = dict(epsilon=1e-5, momentum=0.9, training=True)
+
+
+@needs_onednn
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("case", range(len(BN_CASES)))
+def test_batch_norm_matches_the_reference_with_its_running_statistics(case, affine):
+    shape, data_format = BN_CASES[case]
+    operands = _bn_operands(shape, data_format, affine)
+    got = jax.jit(lambda *a: batch_norm.variants["onednn"](*a, **BN, data_format=data_format))(*operands)
+    for name, g, want in zip(("out", "mean_out", "variance_out"), got,
+                             batch_norm.kernel(*operands, **BN, data_format=data_format)):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def _bn_loss(kernel, data_format, ct):
+    # the output through a ReLU, and the running statistics too (their derivative is rarely
+    # asked for, but must be right)
+    def loss(x, running_mean, running_var, weight, bias):
+        out, mean, var = kernel(x, running_mean, running_var, weight, bias, **BN, data_format=data_format)
+        return jnp.vdot(jax.nn.relu(out), ct) + jnp.sum(mean ** 2) + jnp.sum(jnp.sin(var))
+    return loss
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", range(len(BN_CASES)))
+def test_batch_norm_gradients_are_those_of_the_reference(case):
+    shape, data_format = BN_CASES[case]
+    operands = _bn_operands(shape, data_format)
+    ct = f32(*shape)
+    argnums = (0, 3, 4)
+    got = jax.jit(jax.grad(_bn_loss(batch_norm.variants["onednn"], data_format, ct), argnums))(*operands)
+    want = jax.grad(_bn_loss(batch_norm.kernel, data_format, ct), argnums)(*operands)
+    for name, g, w in zip(("x", "weight", "bias"), got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"d/d{name}")
+
+
+@needs_onednn
+def test_batch_norm_reverse_mode_runs_the_onednn_backward_kernel():
+    x, *rest = _bn_operands((4, 6, 6, 8), "NHWC")
+    loss = lambda x: jnp.sum(batch_norm.variants["onednn"](x, *rest, **BN, data_format="NHWC")[0] ** 2)  # noqa: E731
+    hlo = jax.jit(jax.grad(loss)).lower(x).as_text()
+    for target in ("paddlejax_onednn_batch_norm_training", "paddlejax_onednn_batch_norm_backward"):
+        assert f"custom_call @{target}(" in hlo
+
+
+@needs_onednn
+def test_batch_norm_forward_mode_second_order_and_vmap_are_those_of_the_reference():
+    operands = _bn_operands((4, 3, 5, 5), "NCHW")
+    kw = dict(**BN, data_format="NCHW")
+    ours, ref = batch_norm.variants["onednn"], batch_norm.kernel
+    tangents = tuple(f32(*a.shape) for a in operands)
+    for got, want in zip(jax.jvp(lambda *a: ours(*a, **kw), operands, tangents)[1],
+                         jax.jvp(lambda *a: ref(*a, **kw), operands, tangents)[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    def hvp(kernel):  # forward over reverse: through the tangent map's transpose and back
+        grad = jax.grad(lambda x, w: jnp.sum(kernel(x, *operands[1:3], w, operands[4], **kw)[0] ** 3),
+                        argnums=(0, 1))
+        return jax.jvp(grad, (operands[0], operands[3]), (tangents[0], tangents[3]))[1]
+
+    for got, want in zip(jax.jit(lambda: hvp(ours))(), hvp(ref)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    xs = jnp.stack([operands[0], 2 * operands[0] + 1])  # a vmapped axis in front of the batch
+    grad = lambda kernel: jax.vmap(jax.grad(  # noqa: E731
+        lambda x: jnp.sum(jnp.tanh(kernel(x, *operands[1:], **kw)[0]))))(xs)
+    np.testing.assert_allclose(grad(ours), grad(ref), rtol=1e-4, atol=1e-4)
+
+
+def test_batch_norm_cases_it_does_not_fit_take_the_reference():
+    x, *rest = _bn_operands((4, 3, 5, 5), "NCHW")
+    for xs, training in ((x.astype(jnp.bfloat16), True), (x, False)):
+        assert not (training and onednn.batch_norm_fits(xs, "NCHW"))
+        for got, want in zip(batch_norm.variants["onednn"](xs, *rest, **{**BN, "training": training},
+                                                           data_format="NCHW"),
+                             batch_norm.kernel(xs, *rest, **{**BN, "training": training}, data_format="NCHW")):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+@needs_onednn
+def test_batch_norm_wrong_shapes_are_refused_by_name():
+    x, mean, var, weight, bias = _bn_operands((4, 5, 5, 3), "NHWC")
+    with pytest.raises(ValueError, match="weight"):
+        batch_norm.variants["onednn"](x, mean, var, jnp.ones(4), bias, **BN, data_format="NHWC")
+
+
+@needs_onednn
+def test_batch_norms_of_different_shapes_run_at_once_from_several_threads():
+    cases = [_bn_operands(shape, "NHWC") for shape in ((8, 16, 16, 8), (8, 8, 8, 16), (4, 4, 4, 32))]
+    calls = [jax.jit(jax.grad(lambda x, *rest: jnp.sum(jnp.tanh(batch_norm.variants["onednn"](
+        x, *rest, **BN, data_format="NHWC")[0])))) for _ in cases]
+    wants = [np.asarray(jax.grad(lambda x, *rest: jnp.sum(jnp.tanh(batch_norm.kernel(
+        x, *rest, **BN, data_format="NHWC")[0])))(*c)) for c in cases]
+    errors = []
+
+    def work(i):
+        for _ in range(20):
+            if not np.allclose(calls[i](*cases[i]), wants[i], rtol=1e-4, atol=1e-4):
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
