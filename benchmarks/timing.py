@@ -3,6 +3,8 @@
     from timing import alternate, machine
     ms = alternate({"a": f, "b": g}, warmup=2, repeats=10)   # median ms per call, interleaved
     rows = run_worker(torch_python, ["worker.py"], {"batch": 64})  # another framework's process
+    with StepWorker(torch_python, ["worker.py"], {"batch": 64}) as peer:  # ... called step by step
+        seconds, loss = peer.step()
 """
 from __future__ import annotations
 
@@ -44,6 +46,42 @@ def run_worker(python: str, script: list[str], args: dict, threads: int | None =
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{python} {' '.join(script[:1])} failed:\n{out.stderr[-3000:]}")
     return json.loads(lines[-1][5:])
+
+
+class StepWorker:
+    """Another framework's process that runs one step each time it is asked, so that its steps
+    interleave with this process's and machine noise hits both alike (only one of the two runs
+    at a time). ``python script... json(args)`` runs pinned as :func:`run_worker` runs it; the
+    script sets up, prints ``READY``, then for each ``step`` line it reads runs one step and
+    prints ``STEP <seconds> <loss>``. Its ``name`` is what it printed after ``READY``."""
+
+    def __init__(self, python: str, script: list[str], args: dict, threads: int | None = None):
+        cpus = sorted(os.sched_getaffinity(0))[:threads]
+        env = {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
+        self.process = subprocess.Popen(["taskset", "-c", ",".join(map(str, cpus)), python, *script, json.dumps(args)],
+                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.name = self._expect("READY")
+
+    def _expect(self, tag: str) -> str:
+        line = self.process.stdout.readline()
+        if not line.startswith(tag):
+            self.process.kill()
+            raise RuntimeError(f"the worker answered {line!r} (exit code {self.process.wait()}), not {tag}")
+        return line[len(tag):].strip()
+
+    def step(self) -> tuple[float, float]:
+        """Run one step there: its seconds and loss."""
+        self.process.stdin.write("step\n")
+        self.process.stdin.flush()
+        seconds, loss = self._expect("STEP").split()
+        return float(seconds), float(loss)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 def machine() -> str:

@@ -13,7 +13,8 @@ All comparisons run side by side in one process (alternating calls, medians):
    ``--steps`` steps show what Paddle's initialisers change.
 
 With ``TORCH_PYTHON`` pointing at a Python that has PyTorch, the same ResNet-18 step also runs in
-PyTorch eager (channels-last) in a process of its own, after ours. PyTorch is never a dependency.
+PyTorch eager (channels-last) in a process of its own, its steps interleaved with ours (one
+process runs at a time). PyTorch is never a dependency.
 
     python benchmarks/train_step.py            # full sizes (a few minutes on 2 CPU cores)
     TORCH_PYTHON=/path/to/torch-env/bin/python python benchmarks/train_step.py
@@ -22,6 +23,7 @@ PyTorch eager (channels-last) in a process of its own, after ours. PyTorch is ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -37,7 +39,7 @@ from flax import nnx
 import paddlejax as pj
 from paddlejax import nn
 from paddlejax.models.digits import DigitsCNN
-from timing import alternate, machine, run_worker
+from timing import StepWorker, alternate, machine
 
 
 # -- 1. Trainer vs nnx.jit ---------------------------------------------------------------------------
@@ -160,9 +162,11 @@ def count_params(model) -> int:
     return sum(int(np.size(v)) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str | None) -> dict:
+def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str | None,
+             peer: StepWorker | None = None) -> dict:
     """Step times and loss curves on one fixed batch (the same batch for every run); the
-    tuned Trainer only with a ``tune_cache`` file."""
+    tuned Trainer only with a ``tune_cache`` file; ``peer``'s steps (PyTorch's) interleaved
+    with ours."""
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(batch, image, image, 3)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 10, batch), jnp.int32)
@@ -186,7 +190,7 @@ def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str 
         return loss
 
     runs["Flax + jax.jit"] = lambda: flax_step(flax_model, optimizer, x, y)
-    for name in runs:
+    for name in [*runs, *([peer.name] if peer else [])]:
         times[name], losses[name] = [], []
     for _ in range(steps):  # interleaved, so that machine noise hits every run alike
         for name, run in runs.items():
@@ -194,6 +198,10 @@ def resnet18(batch: int, steps: int, widths: tuple, image: int, tune_cache: str 
             loss = float(run())
             times[name].append(time.perf_counter() - t)
             losses[name].append(loss)
+        if peer:
+            seconds, loss = peer.step()
+            times[peer.name].append(seconds)
+            losses[peer.name].append(loss)
     return {"first_ms": {k: 1e3 * v[0] for k, v in times.items()},
             "step_ms": {k: 1e3 * statistics.median(v[2:] or v) for k, v in times.items()},
             "losses": losses, "params": params}
@@ -233,28 +241,26 @@ TORCH_WORKER = textwrap.dedent('''
     x = torch.from_numpy(rng.normal(size=(args["batch"], 3, args["image"], args["image"])).astype(np.float32))
     x = x.to(memory_format=torch.channels_last)
     y = torch.from_numpy(rng.integers(0, 10, args["batch"]))
-    times, losses = [], []
-    for _ in range(args["steps"]):
+    print("READY", f"PyTorch {torch.__version__} eager", flush=True)
+    for _ in sys.stdin:  # one step per request
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
-        times.append(time.perf_counter() - start)
-    name = f"PyTorch {torch.__version__} eager"
-    print("ROWS " + json.dumps([{"name": name, "first_ms": 1e3 * times[0],
-                                 "step_ms": 1e3 * float(np.median(times[2:] or times)), "losses": losses}]))
+        loss = float(loss)
+        print("STEP", time.perf_counter() - start, loss, flush=True)
 ''')
 
 
-def torch_rows(python: str, batch: int, steps: int, widths: tuple, image: int) -> list[dict]:
+def torch_worker(python: str, batch: int, widths: tuple, image: int) -> StepWorker:
+    """PyTorch's ResNet-18 step in ``python``'s process, ready to step."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(TORCH_WORKER)
     try:
-        return run_worker(python, [f.name], {"batch": batch, "steps": steps, "widths": list(widths), "image": image})
+        return StepWorker(python, [f.name], {"batch": batch, "widths": list(widths), "image": image})
     finally:
-        os.unlink(f.name)
+        os.unlink(f.name)  # the worker has read it by the time it is READY
 
 
 def main(argv=None) -> int:
@@ -281,13 +287,12 @@ def main(argv=None) -> int:
 
     widths, batch, image = ((8, 16, 16, 32), 8, 16) if quick else ((64, 128, 256, 512), 64, 32)
     steps = 3 if quick else args.steps
-    with tempfile.TemporaryDirectory() as folder:  # a cold tuning cache: "first ms" includes the tuning
-        # --quick leaves the tuned run out: at tiny sizes tuning is all compiling (~1 minute)
-        r = resnet18(batch, steps, widths, image, None if quick else os.path.join(folder, "autotune.json"))
     torch_python = os.environ.get("TORCH_PYTHON")
-    for row in torch_rows(torch_python, batch, steps, widths, image) if torch_python else ():
-        r["step_ms"][row["name"]], r["first_ms"][row["name"]], r["losses"][row["name"]] = (
-            row["step_ms"], row["first_ms"], row["losses"])
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
+        peer = stack.enter_context(torch_worker(torch_python, batch, widths, image)) if torch_python else None
+        # a cold tuning cache: "first ms" includes the tuning; --quick leaves the tuned run out: at
+        # tiny sizes tuning is all compiling (~1 minute)
+        r = resnet18(batch, steps, widths, image, None if quick else os.path.join(folder, "autotune.json"), peer)
     print(f"3. ResNet-18 ({r['params']['paddlejax.nn'] / 1e6:.2f} M parameters; Flax copy "
           f"{r['params']['flax'] / 1e6:.2f} M), {image}x{image}, batch {batch}, SGD momentum, {steps} steps "
           "on one fixed batch")
@@ -300,7 +305,7 @@ def main(argv=None) -> int:
         print(f"   ratio {k} / Flax + jax.jit = {r['step_ms'][k] / base:.3f}")
     for k in [k for k in r["step_ms"] if k.startswith("PyTorch") and "Trainer fp32 tuned" in r["step_ms"]]:
         print(f"   ratio Trainer fp32 tuned / {k} = {r['step_ms']['Trainer fp32 tuned'] / r['step_ms'][k]:.3f}"
-              "  (its own process, after ours)")
+              "  (its own process, steps interleaved)")
     return 0
 
 

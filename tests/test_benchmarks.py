@@ -253,3 +253,24 @@ def test_cpu_latency_quick():
                       r"\s+\d+\.\d s / \d+\.\d s  (\S.*)$", out, re.M)
     assert [r[0] for r in rows] == ["SmallCNN", "DigitsCNN"] * 2, out
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_step_worker_steps_on_request_and_a_dead_one_is_named(tmp_path, crash):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from timing import StepWorker
+
+    script = tmp_path / "worker.py"
+    script.write_text("import json, sys\nargs = json.loads(sys.argv[1])\n"
+                      + ("sys.exit(3)\n" if crash else "")
+                      + "print('READY', 'counter from', args['start'], flush=True)\n"
+                        "for n, _ in enumerate(sys.stdin, args['start']):\n"
+                        "    print('STEP', 0.25, n, flush=True)\n")
+    if crash:
+        with pytest.raises(RuntimeError, match="exit code 3"):
+            StepWorker(sys.executable, [str(script)], {"start": 5})
+        return
+    with StepWorker(sys.executable, [str(script)], {"start": 5}) as worker:
+        assert worker.name == "counter from 5"
+        assert [worker.step() for _ in range(3)] == [(0.25, 5.0), (0.25, 6.0), (0.25, 7.0)]
+    assert worker.process.returncode == 0

@@ -40,6 +40,9 @@ class LossScale:
         return cls(jnp.float32(1.0), jnp.int32(0), False)
 
     def unscale(self, grads):
+        """``grads`` divided by the scale; unchanged without dynamic scaling (the scale is 1)."""
+        if not self.is_dynamic:
+            return grads
         return jax.tree.map(lambda g: g / self.scale.astype(g.dtype), grads)
 
     def adjust(self, finite: jax.Array) -> tuple["LossScale", jax.Array]:

@@ -192,7 +192,7 @@ class Trainer:
                                        loss_scale=LossScale.dynamic() if self.amp == "float16" else None)
         self._objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics))
         self._train_step = self.step_builder.train_step(self._objective, self.tx, self.ema_decay,
-                                                        donate=not self.check)
+                                                        donate=not self.check, report_finite=self.check)
         self._eval_step = jax.jit(self._evaluate_batch)
         self._predict_step = jax.jit(lambda s, inputs: self.eval_program.apply(self._weights(s), *inputs))
 
