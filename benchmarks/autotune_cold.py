@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHAPES = {"SmallCNN": (3, 32, 32), "ResNet-18": (3, 32, 32), "DigitsCNN": (1, 8, 8)}
-CONFIGS = {"default": {}, "exhaustive": {"top_k": 0, "layout": "search"}}
+CONFIGS = {"default": {}, "exhaustive": {"top_k": 0, "layout": "search"}, "no Winograd": {"exclude": "winograd"}}
 
 
 def worker(args: dict) -> list[dict]:

@@ -303,6 +303,17 @@ def workspace_bytes(candidate: str, signature: dict) -> int:
 # -- the pass -------------------------------------------------------------------------------
 
 @dataclasses.dataclass
+class Trial:
+    """One op's race: its signature, the random ``args`` its candidates run on, every
+    candidate (the default first) and how to compile each one to be timed."""
+
+    signature: dict
+    args: tuple
+    candidates: list[str]
+    builds: dict[str, Callable]
+
+
+@dataclasses.dataclass
 class Decision:
     """One tuned op: its signature, each candidate's median ms (``None``: skipped), the choice,
     and whether it came from the cache."""
@@ -730,20 +741,32 @@ class Autotune(Pass):
         ops = [op for op in program.walk() if op.type in TUNABLE]
         signatures = [self._signature(op, env, training) for op in ops]
         keys = [cache_key(signature, device, version) for signature in signatures]
-        bar = self._progress_bar(len({k for k in keys if k not in store.entries}))
-        decisions = []
+        entries, trials = {}, {}  # the cache's entries; the ops to time (once per signature)
         for op, signature, key in zip(ops, signatures, keys):
-            entry = store.lookup(key, signature, self._candidates(op.type))
-            cached = entry is not None
-            if not cached:
-                times = self._time_candidates(op, signature, store)
-                timed = {c: t for c, t in times.items() if t is not None}
-                entry = {"signature": signature, "device": device, "jax": version, "times_ms": times,
-                         "chosen": min(timed, key=timed.get)}
-                store.store(key, entry)
-                bar.update()
-            decisions.append(Decision(op, signature, entry["times_ms"], entry["chosen"], cached))
+            if key not in entries and key not in trials:
+                entries[key] = store.lookup(key, signature, self._candidates(op.type))
+                if entries[key] is None:
+                    del entries[key]
+                    trials[key] = self._trial(op, signature, store)
+        bar = self._progress_bar(len(trials))
+        # every op's candidates compile at once, so that a slow compile (Winograd's) never
+        # leaves a core idle; then each op is timed alone
+        bar.set_description("autotune (compiling)")
+        compiled = compile_all({(key, c): build for key, trial in trials.items() for c, build in trial.builds.items()})
+        bar.set_description("autotune")
+        for key, trial in trials.items():
+            times = self._race(trial, {c: compiled[key, c] for c in trial.builds})
+            timed = {c: t for c, t in times.items() if t is not None}
+            entries[key] = {"signature": trial.signature, "device": device, "jax": version, "times_ms": times,
+                            "chosen": min(timed, key=timed.get)}
+            store.store(key, entries[key])
+            bar.update()
         bar.close()
+        decisions, seen = [], set()
+        for op, signature, key in zip(ops, signatures, keys):  # an op like one timed before: served by it
+            decisions.append(Decision(op, signature, entries[key]["times_ms"], entries[key]["chosen"],
+                                      key not in trials or key in seen))
+            seen.add(key)
         return decisions
 
     def _sizes(self, program: Program, ctx: PassContext) -> dict:
@@ -778,14 +801,13 @@ class Autotune(Pass):
         quiet = {"disable": True} if not self.progress or total < PROGRESS_MIN_OPS else {}
         return tqdm(total=total, desc="autotune", unit="op", leave=False, **quiet)
 
-    def _time_candidates(self, op: Op, signature: dict, store: TuneCache) -> dict[str, float | None]:
-        """Median milliseconds of each candidate on random inputs of the op's shapes; ``None``
-        for one over the workspace limit, not reached before the op's deadline, ranked below
-        ``top_k`` by what the cache measured on ops like this one (:func:`learned_speedups`) or
-        else by the op library's estimate (:func:`predicted_speedups`) or expected to be a clear
-        loss (:data:`EXPECTED_LOSS`), or computing as the default does there.
-        The default is always timed, so there is always a choice; a candidate stops being
-        timed once it is clearly slower than the best so far."""
+    def _trial(self, op: Op, signature: dict, store: TuneCache) -> Trial:
+        """The op's candidates to time on random inputs of its shapes: not one over the
+        workspace limit, ranked below ``top_k`` by what the cache has measured on ops like this
+        one (:func:`learned_speedups`) or else by the op library's estimate
+        (:func:`predicted_speedups`), expected to be a clear loss (:data:`EXPECTED_LOSS`), or
+        computing as the default does there. The default is always timed, so there is always
+        a choice."""
         opdef = registry.get(op.type)
         attrs = _kernel_attrs(signature)
         rng = np.random.default_rng(0)
@@ -819,15 +841,20 @@ class Autotune(Pass):
                    or c in predicted and predicted[c] is None
                    or self.top_k and (c in known[self.top_k:] or c in known and speedups[c] < EXPECTED_LOSS)}
         timed = [c for c in [DEFAULT, *others] if c not in skipped]
-        fns = compile_all({c: lambda c=c: jax.jit(functools.partial(call, opdef.bind if c == DEFAULT
-                                                                    else opdef.variants[c])).lower(*args).compile()
-                           for c in timed})
+        builds = {c: lambda c=c: jax.jit(functools.partial(call, opdef.bind if c == DEFAULT else opdef.variants[c])
+                                         ).lower(*args).compile() for c in timed}
+        return Trial(signature, args, [DEFAULT, *others], builds)
+
+    def _race(self, trial: Trial, fns: dict) -> dict[str, float | None]:
+        """Median milliseconds of each of ``trial``'s compiled candidates ``fns``; ``None`` for one
+        not timed or not reached before the op's deadline. A candidate stops being timed once it
+        is clearly slower than the best so far."""
         deadline = time.perf_counter() + self.max_seconds if self.max_seconds else math.inf
-        times: dict[str, float | None] = dict.fromkeys([DEFAULT, *others])
-        for c in timed:
+        times: dict[str, float | None] = dict.fromkeys(trial.candidates)
+        for c in trial.builds:
             if c != DEFAULT and time.perf_counter() > deadline:
                 continue
             best = min((t for t in times.values() if t is not None), default=math.inf)
-            times[c] = 1e3 * measure(c, fns[c], args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
-                                     slower_than=RACE_MARGIN * best / 1e3)
+            times[c] = 1e3 * measure(c, fns[c], trial.args, warmup=self.warmup, repeats=self.repeats,
+                                     deadline=deadline, slower_than=RACE_MARGIN * best / 1e3)
         return times

@@ -258,7 +258,8 @@ def _winograd(x, w, stride, pads, dil, groups, fmt):
     d = [[xp[:, a:a + 2 * tiles[0]:2, b:b + 2 * tiles[1]:2] for b in range(4)] for a in range(4)]
     cols = [_combine(_WINOGRAD_BT, [d[a][b] for a in range(4)]) for b in range(4)]   # cols[b][i]: (B^T d)[i, b]
     v = jnp.stack([t for i in range(4) for t in _combine(_WINOGRAD_BT, [cols[b][i] for b in range(4)])])
-    u = jnp.einsum("ia,jb,oxab->ijxo", _WINOGRAD_G, _WINOGRAD_G, w).reshape(16, w.shape[1], w.shape[0])
+    with jax.ensure_compile_time_eval():  # frozen weights: transformed here once, not by XLA's slow constant folding
+        u = jnp.einsum("ia,jb,oxab->ijxo", _WINOGRAD_G, _WINOGRAD_G, w).reshape(16, w.shape[1], w.shape[0])
     m = jnp.einsum("pnhwc,pco->pnhwo", v, u)   # the one batched matmul, p = 4 i + j
     m = [[m[4 * i + j] for j in range(4)] for i in range(4)]
     rows = [_combine(_WINOGRAD_AT, [m[i][j] for i in range(4)]) for j in range(4)]   # rows[j][r]
