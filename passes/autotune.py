@@ -840,15 +840,18 @@ class Autotune(Pass):
         skipped = {c for c in others if limit and workspace_bytes(c, signature) > limit
                    or c in predicted and predicted[c] is None
                    or self.top_k and (c in known[self.top_k:] or c in known and speedups[c] < EXPECTED_LOSS)}
-        timed = [c for c in [DEFAULT, *others] if c not in skipped]
+        # the default last: a slow one (XLA's int8 convolution takes seconds a call) must not
+        # use up the op's time before the kernels ranked first are timed
+        timed = [c for c in others if c not in skipped] + [DEFAULT]
         builds = {c: lambda c=c: jax.jit(functools.partial(call, opdef.bind if c == DEFAULT else opdef.variants[c])
                                          ).lower(*args).compile() for c in timed}
         return Trial(signature, args, [DEFAULT, *others], builds)
 
     def _race(self, trial: Trial, fns: dict) -> dict[str, float | None]:
-        """Median milliseconds of each of ``trial``'s compiled candidates ``fns``; ``None`` for one
-        not timed or not reached before the op's deadline. A candidate stops being timed once it
-        is clearly slower than the best so far."""
+        """Median milliseconds of each of ``trial``'s compiled candidates ``fns``, in their ranked
+        order with the default last (always timed); ``None`` for one not timed or not reached
+        before the op's deadline. A candidate stops being timed once it is clearly slower than
+        the best so far."""
         deadline = time.perf_counter() + self.max_seconds if self.max_seconds else math.inf
         times: dict[str, float | None] = dict.fromkeys(trial.candidates)
         for c in trial.builds:

@@ -4,6 +4,7 @@ failure modes, and the whole-program plans (tuned or not, NCHW or NHWC). Timings
 which kernel is really fastest here."""
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -137,8 +138,8 @@ def test_ops_like_measured_ones_time_only_the_default_and_the_best_so_far(prog, 
     timings[1].clear()
     result, decisions = tune(prog.clone(), tmp_path / "c.json", sizes="b=4", top_k=2)  # same classes, new sizes
     # FAST_IM2COL: conv2d's two fastest float32 variants were im2col (1 ms) and winograd (2 ms)
-    assert timings[1][:3] == ["default", "im2col", "winograd"]
-    assert timings[1][3:] == ["default", "depthwise_shifted", "im2col"]
+    assert timings[1][:3] == ["im2col", "winograd", "default"]  # ranked first first, the default last
+    assert timings[1][3:] == ["depthwise_shifted", "im2col", "default"]
     assert [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
     assert decisions[0].times_ms["shifted_matmul"] is None  # ranked out: shown as "skip"
     sig = decisions[0].signature
@@ -165,7 +166,7 @@ def test_ops_on_small_feature_maps_do_not_learn_from_large_ones_nor_strides_from
     tune(conv(12), cache)
     timings[1].clear()
     tune(conv(16), cache, top_k=1)  # learns from the 12x12 map: the default and the best so far
-    assert timings[1] == ["default", "im2col"]
+    assert timings[1] == ["im2col", "default"]
     classes = {autotune.op_class(e["signature"])[4:7] for e in json.loads(cache.read_text())["entries"].values()}
     assert classes == {((1, 1), 1, "small"), ((2, 2), 1, "large"), ((1, 1), 1, "large")}
 
@@ -303,6 +304,23 @@ def test_measure_programs_times_every_plan_in_each_round():
     rounds = autotune.measure_programs(fns, (np.ones(2),), warmup=1, repeats=3, deadline=float("inf"))
     assert order == ["a", "b"] + ["a", "b"] * 3  # warm-ups, then interleaved rounds
     assert [len(t) for t in rounds.values()] == [3, 3]
+
+
+def test_a_slow_default_cannot_use_up_the_time_of_the_kernels_ranked_first(prog, monkeypatch, tmp_path):
+    # XLA's int8 convolution took 2 s a call on ResNet-18's 8x8 maps: timed first, it spent the
+    # op's max_seconds, no other kernel was timed, and the Predictor ran 70x slower than float
+    calls = []
+
+    def fake(candidate, fn, args, *, warmup, repeats, deadline, slower_than=None):
+        calls.append(candidate)
+        if candidate == "default":
+            time.sleep(0.3)
+        return (300.0 if candidate == "default" else FAST_IM2COL[candidate]) / 1e3
+
+    monkeypatch.setattr(autotune, "measure", fake)
+    _, decisions = tune(prog, tmp_path / "c.json", max_seconds=0.2)
+    assert [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
+    assert calls.count("default") == 2 and calls[-1] == "default"
 
 
 def test_measure_stops_at_the_deadline():
