@@ -743,11 +743,13 @@ class Autotune(Pass):
         keys = [cache_key(signature, device, version) for signature in signatures]
         entries, trials = {}, {}  # the cache's entries; the ops to time (once per signature)
         for op, signature, key in zip(ops, signatures, keys):
-            if key not in entries and key not in trials:
-                entries[key] = store.lookup(key, signature, self._candidates(op.type))
-                if entries[key] is None:
-                    del entries[key]
-                    trials[key] = self._trial(op, signature, store)
+            if key in entries or key in trials:
+                continue
+            entry = store.lookup(key, signature, self._candidates(op.type))
+            if entry is None:
+                trials[key] = self._trial(op, signature, store)
+            else:
+                entries[key] = entry
         bar = self._progress_bar(len(trials))
         # every op's candidates compile at once, so that a slow compile (Winograd's) never
         # leaves a core idle; then each op is timed alone

@@ -130,6 +130,23 @@ def test_forward_mode_second_order_and_vmap_are_those_of_the_reference():
                                rtol=1e-4, atol=1e-4)
 
 
+def _agree_from_threads(calls, wants, repeats):
+    """Runs ``calls[i]`` ``repeats`` times on thread i, all at once; every result must be ``wants[i]``."""
+    errors = []
+
+    def work(i):
+        for _ in range(repeats):
+            if not np.allclose(calls[i](), wants[i], rtol=1e-4, atol=1e-4):
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
+
+
 @needs_onednn
 def test_concurrent_calls_with_different_weights_do_not_mix():
     x = f32(4, 16, 8, 8)
@@ -138,19 +155,7 @@ def test_concurrent_calls_with_different_weights_do_not_mix():
     call = jax.jit(lambda x, w: conv2d.variants["onednn"](x, w, **kw))
     weights = [f32(32, 16, 3, 3) for _ in range(4)]
     wants = [np.asarray(conv2d.kernel(x, w, **kw)) for w in weights]
-    errors = []
-
-    def work(i):
-        for _ in range(20):
-            if not np.allclose(call(x, weights[i]), wants[i], rtol=1e-4, atol=1e-4):
-                errors.append(i)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors and not any(t.is_alive() for t in threads)
+    _agree_from_threads([lambda w=w: call(x, w) for w in weights], wants, repeats=20)
 
 
 @needs_onednn
@@ -161,19 +166,7 @@ def test_different_convolutions_run_at_once_from_several_threads():
     cases = [(f32(4, c, s, s), f32(2 * c, c, 3, 3)) for c, s in ((3, 32), (8, 24), (16, 16), (32, 8))]
     calls = [jax.jit(lambda x, w: conv2d.variants["onednn"](x, w, **kw)) for _ in cases]
     wants = [np.asarray(conv2d.kernel(x, w, **kw)) for x, w in cases]
-    errors = []
-
-    def work(i):
-        for _ in range(30):
-            if not np.allclose(calls[i](*cases[i]), wants[i], rtol=1e-4, atol=1e-4):
-                errors.append(i)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors and not any(t.is_alive() for t in threads)
+    _agree_from_threads([lambda i=i: calls[i](*cases[i]) for i in range(len(cases))], wants, repeats=30)
 
 
 def int8(*shape):
@@ -382,16 +375,4 @@ def test_batch_norms_of_different_shapes_run_at_once_from_several_threads():
         x, *rest, **BN, data_format="NHWC")[0])))) for _ in cases]
     wants = [np.asarray(jax.grad(lambda x, *rest: jnp.sum(jnp.tanh(batch_norm.kernel(
         x, *rest, **BN, data_format="NHWC")[0])))(*c)) for c in cases]
-    errors = []
-
-    def work(i):
-        for _ in range(20):
-            if not np.allclose(calls[i](*cases[i]), wants[i], rtol=1e-4, atol=1e-4):
-                errors.append(i)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors and not any(t.is_alive() for t in threads)
+    _agree_from_threads([lambda i=i: calls[i](*cases[i]) for i in range(len(cases))], wants, repeats=20)
