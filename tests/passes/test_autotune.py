@@ -540,17 +540,17 @@ def test_a_plan_that_has_lost_the_race_is_called_no_more():
     assert len(rounds["fast"]) == 8 and len(rounds["slow"]) == 2 and calls["slow"] == 1 + 2
 
 
-def test_plans_are_judged_on_the_rounds_all_finishers_ran(prog, timings, monkeypatch, tmp_path):
-    # the program as it is lost the race after two rounds, in which channels-first looked the
-    # better; over the five rounds the other two ran, channels-last is 20 % faster
-    rounds = {"NCHW": [0.190, 0.188], "NCHW, tuned kernels": [0.080, 0.092, 0.093, 0.091, 0.092],
-              "NHWC, tuned kernels": [0.085, 0.090, 0.074, 0.075, 0.074]}
+def test_a_burst_of_noise_over_some_rounds_does_not_pick_the_slower_layout(prog, timings, monkeypatch, tmp_path):
+    # the program as it is lost the race after two rounds; channels-last ran three of its
+    # five rounds during another job's burst, and is still the faster layout by 20 %
+    rounds = {"NCHW": [0.190, 0.188], "NCHW, tuned kernels": [0.092, 0.092, 0.093, 0.091, 0.092],
+              "NHWC, tuned kernels": [0.125, 0.126, 0.074, 0.075, 0.124]}
     monkeypatch.setattr(autotune, "measure_programs", lambda fns, *a, **k: {label: rounds[label] for label in fns})
     _, plans = tune_plans(prog, tmp_path / "c.json")
     assert plans[0].label == "NHWC, tuned kernels"
 
 
-def test_the_unchanged_program_stays_unless_a_plan_beats_it_by_min_gain_in_shared_rounds():
+def test_the_unchanged_program_stays_unless_a_plans_fastest_round_beats_it_by_min_gain():
     rounds = {"as is": [3.0, 3.3, 2.9, 3.0], "tuned": [2.9, 3.2, 2.85, 2.95], "slow": [6.0, 6.1]}
     assert autotune.fastest_plan(rounds, "as is", 0.03) == "as is"
     assert autotune.fastest_plan(rounds, "as is", 0.01) == "tuned"
