@@ -4,7 +4,7 @@
 inputs of the op's real shapes and dtypes, jits the reference kernel (``"default"``, the op's
 primitive) and every registered variant (``registry.get("conv2d").variants``: lax.conv in
 NHWC, im2col + matmul, shifted matmuls, Winograd, ...; reduced-precision ones only when
-allowed), warms each up and takes the median of repeated timed runs. The fastest candidate is
+allowed), warms each up and takes the fastest of repeated timed runs. The fastest candidate is
 the op's choice. Variants are alternative implementations of the same function, so the tuned
 program agrees with the original to float32 rounding (the tests use a tolerance of 1e-4;
 reduced-precision variants round their inputs to bfloat16, about 1e-2).
@@ -150,7 +150,7 @@ def cache_key(signature: dict, device: str, jax_version: str) -> str:
 class TuneCache:
     """Decisions by :func:`cache_key`, read from and written (atomically) to ``path``.
 
-    Each entry holds the op signature, device, jax version, every candidate's median
+    Each entry holds the op signature, device, jax version, every candidate's fastest
     milliseconds (``None``: skipped) and the chosen candidate.
     """
 
@@ -249,7 +249,8 @@ class TuneCache:
 
 def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: int, deadline: float,
             slower_than: float = math.inf) -> float:
-    """Median seconds of ``fn(*args)`` after ``warmup`` untimed calls; stops repeating at
+    """Fastest seconds of ``fn(*args)`` after ``warmup`` untimed calls (the fastest run: noise
+    from other work only ever adds time); stops repeating at
     ``deadline`` (``time.perf_counter()`` value) after at least one timed run, and once a
     candidate has lost against ``slower_than`` seconds: its fastest of three runs was slower,
     or of two runs twice as slow. Losing is judged by the fastest run, never by the warm-up:
@@ -268,7 +269,7 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
         if (time.perf_counter() > deadline or len(times) >= 2 and min(times) > 2 * slower_than
                 or len(times) >= 3 and min(times) > slower_than):
             break
-    return statistics.median(times)
+    return min(times)
 
 
 def workspace_bytes(candidate: str, signature: dict) -> int:
@@ -315,7 +316,7 @@ class Trial:
 
 @dataclasses.dataclass
 class Decision:
-    """One tuned op: its signature, each candidate's median ms (``None``: skipped), the choice,
+    """One tuned op: its signature, each candidate's fastest ms (``None``: skipped), the choice,
     and whether it came from the cache."""
 
     op: Op
@@ -345,8 +346,8 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
                      deadline: float, race: bool = False) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns`` on ``args``, round by round: every round calls each
     once, so that one round's calls share the machine's state; stops at ``deadline`` after at
-    least one round. With ``race``, from the third round on a function whose median is past
-    :data:`RACE_MARGIN` times the best one's is called no more (its list is shorter).
+    least one round. With ``race``, from the third round on a function whose fastest round is
+    past :data:`RACE_MARGIN` times the best one's is called no more (its list is shorter).
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
@@ -363,25 +364,24 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
         if time.perf_counter() > deadline:
             break
         if race and i >= 1:
-            best = min(statistics.median(times[label]) for label in running)
-            running = {k: f for k, f in running.items() if statistics.median(times[k]) <= RACE_MARGIN * best}
+            best = min(min(times[label]) for label in running)
+            running = {k: f for k, f in running.items() if min(times[k]) <= RACE_MARGIN * best}
     return times
 
 
 def fastest_plan(rounds: dict[str, list[float]], unchanged: str, min_gain: float) -> str:
-    """The plan to keep from :func:`measure_programs`' ``rounds``: of those timed in every round
-    (one with fewer lost the race), the one with the fastest round; it must beat the
-    ``unchanged`` program's fastest round by ``min_gain`` (a fraction) to replace it. The fastest
-    round, not the median: on a shared machine another job's burst slows a few whole rounds,
-    and a median of five then follows it (a 20 % slower layout was chosen so).
+    """The plan to keep from :func:`measure_programs`' ``rounds``: the one with the fastest
+    round; it must beat the ``unchanged`` program's fastest round by ``min_gain`` (a fraction)
+    to replace it. The fastest round, not the median: on a shared machine another job's burst
+    slows a few whole rounds, and a median of five then follows it (a 20 % slower layout was
+    chosen so).
 
     >>> fastest_plan({"as is": [3.0, 3.1, 2.9], "tuned": [2.0, 2.6, 2.5], "other": [4.0, 4.2]}, "as is", 0.03)
     'tuned'
     >>> fastest_plan({"as is": [3.0, 3.0, 3.0], "tuned": [2.95, 2.92, 3.0]}, "as is", 0.03)
     'as is'
     """
-    rounds_run = max(len(t) for t in rounds.values())
-    best = {label: min(t) for label, t in rounds.items() if len(t) == rounds_run}
+    best = {label: min(t) for label, t in rounds.items()}
     fastest = min(best, key=best.get)
     if unchanged in best and best[fastest] > (1 - min_gain) * best[unchanged]:
         return unchanged
@@ -483,7 +483,7 @@ def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Pr
     return copy
 
 
-# a candidate whose median passes this multiple of the best so far has lost: it stops being timed
+# a candidate whose fastest run passes this multiple of the best so far has lost: it stops being timed
 RACE_MARGIN = 1.3
 # A candidate the cost model expects to run at under this fraction of the default's speed is
 # not timed (unless ``top_k=0``): im2col or shifted matmuls on a CPU, Winograd on large maps
@@ -566,7 +566,7 @@ def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
 
 def decision_table(decisions: list[Decision], reduced_precision: bool = False) -> list[tuple[str, ...]]:
     """Rows of strings, a header first: per decision its op, input shapes, each candidate's
-    median ms (``skip``: not timed; ``-``: not a candidate of that op), the choice and whether
+    fastest ms (``skip``: not timed; ``-``: not a candidate of that op), the choice and whether
     it came from the cache.
 
     >>> d = Decision(None, {"op": "conv2d", "shapes": [[2, 3, 8, 8], [4, 3, 3, 3]]},
@@ -862,7 +862,7 @@ class Autotune(Pass):
         return Trial(signature, args, [DEFAULT, *others], builds)
 
     def _race(self, trial: Trial, fns: dict) -> dict[str, float | None]:
-        """Median milliseconds of each of ``trial``'s compiled candidates ``fns``, in their ranked
+        """Fastest milliseconds of each of ``trial``'s compiled candidates ``fns``, in their ranked
         order with the default last (always timed); ``None`` for one not timed or not reached
         before the op's deadline. A candidate stops being timed once it is clearly slower than
         the best so far."""
