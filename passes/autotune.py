@@ -4,7 +4,7 @@
 inputs of the op's real shapes and dtypes, jits the reference kernel (``"default"``, the op's
 primitive) and every registered variant (``registry.get("conv2d").variants``: lax.conv in
 NHWC, im2col + matmul, shifted matmuls, Winograd, ...; reduced-precision ones only when
-allowed), warms each up and takes the fastest of repeated timed runs. The fastest candidate is
+allowed), warms each up and takes the low quartile of repeated timed runs. The fastest candidate is
 the op's choice. Variants are alternative implementations of the same function, so the tuned
 program agrees with the original to float32 rounding (the tests use a tolerance of 1e-4;
 reduced-precision variants round their inputs to bfloat16, about 1e-2).
@@ -150,7 +150,7 @@ def cache_key(signature: dict, device: str, jax_version: str) -> str:
 class TuneCache:
     """Decisions by :func:`cache_key`, read from and written (atomically) to ``path``.
 
-    Each entry holds the op signature, device, jax version, every candidate's fastest
+    Each entry holds the op signature, device, jax version, every candidate's low-quartile
     milliseconds (``None``: skipped) and the chosen candidate.
     """
 
@@ -247,10 +247,21 @@ class TuneCache:
 
 # -- timing ---------------------------------------------------------------------------------
 
+def low_quartile(times: list[float]) -> float:
+    """The time a quarter of the way up from the fastest of ``times``: what a kernel takes when
+    the machine lets it run. On a shared machine another job's burst slows whole runs (a median
+    of five then follows a burst over three; a 20 % slower layout was chosen so), while the very
+    fastest run can be a lucky one of a kernel whose threads wake unevenly.
+
+    >>> low_quartile([5.0, 1.0, 9.0, 2.0, 8.0])
+    2.0
+    """
+    return sorted(times)[len(times) // 4]
+
+
 def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: int, deadline: float,
             slower_than: float = math.inf) -> float:
-    """Fastest seconds of ``fn(*args)`` after ``warmup`` untimed calls (the fastest run: noise
-    from other work only ever adds time); stops repeating at
+    """The :func:`low_quartile` of ``fn(*args)``'s seconds after ``warmup`` untimed calls; stops repeating at
     ``deadline`` (``time.perf_counter()`` value) after at least one timed run, and once a
     candidate has lost against ``slower_than`` seconds: its fastest of three runs was slower,
     or of two runs twice as slow. Losing is judged by the fastest run, never by the warm-up:
@@ -269,7 +280,7 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
         if (time.perf_counter() > deadline or len(times) >= 2 and min(times) > 2 * slower_than
                 or len(times) >= 3 and min(times) > slower_than):
             break
-    return min(times)
+    return low_quartile(times)
 
 
 def workspace_bytes(candidate: str, signature: dict) -> int:
@@ -316,7 +327,7 @@ class Trial:
 
 @dataclasses.dataclass
 class Decision:
-    """One tuned op: its signature, each candidate's fastest ms (``None``: skipped), the choice,
+    """One tuned op: its signature, each candidate's low-quartile ms (``None``: skipped), the choice,
     and whether it came from the cache."""
 
     op: Op
@@ -330,7 +341,7 @@ class Decision:
 class Plan:
     """A whole-program candidate: the program in ``layout`` (``""``: as it is), with the
     per-op kernel choices (``kernels``) or with every op's default kernel, as ``program``;
-    ``ms`` is its fastest measured run (``None``: not timed; see :func:`fastest_plan`)."""
+    ``ms`` is its measured low-quartile latency (``None``: not timed; see :func:`low_quartile`)."""
 
     layout: str
     kernels: bool
@@ -343,11 +354,13 @@ class Plan:
 
 
 def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,
-                     deadline: float, race: bool = False) -> dict[str, list[float]]:
+                     deadline: float, race: bool = False, min_seconds: float = 0.0) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns`` on ``args``, round by round: every round calls each
-    once, so that one round's calls share the machine's state; stops at ``deadline`` after at
-    least one round. With ``race``, from the third round on a function whose fastest round is
-    past :data:`RACE_MARGIN` times the best one's is called no more (its list is shorter).
+    once, so that one round's calls share the machine's state; ``repeats`` rounds, more until
+    ``min_seconds`` have been spent timing (small programs get enough rounds for a stable
+    statistic); stops at ``deadline`` after at least one round. With ``race``, from the third
+    round on a function whose :func:`low_quartile` is past :data:`RACE_MARGIN` times the best
+    one's is called no more (its list is shorter).
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
@@ -355,8 +368,10 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
         for _ in range(max(warmup, 1)):  # the first call may still compile
             jax.block_until_ready(fn(*args))
     times: dict[str, list[float]] = {label: [] for label in fns}
-    running = dict(fns)
-    for i in range(repeats):
+    running, began = dict(fns), time.perf_counter()
+    for i in range(MAX_ROUNDS):
+        if i >= repeats and time.perf_counter() - began >= min_seconds:
+            break
         for label, fn in running.items():
             start = time.perf_counter()
             jax.block_until_ready(fn(*args))
@@ -364,24 +379,22 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
         if time.perf_counter() > deadline:
             break
         if race and i >= 1:
-            best = min(min(times[label]) for label in running)
-            running = {k: f for k, f in running.items() if min(times[k]) <= RACE_MARGIN * best}
+            best = min(low_quartile(times[label]) for label in running)
+            running = {k: f for k, f in running.items() if low_quartile(times[k]) <= RACE_MARGIN * best}
     return times
 
 
 def fastest_plan(rounds: dict[str, list[float]], unchanged: str, min_gain: float) -> str:
     """The plan to keep from :func:`measure_programs`' ``rounds``: the one with the fastest
-    round; it must beat the ``unchanged`` program's fastest round by ``min_gain`` (a fraction)
-    to replace it. The fastest round, not the median: on a shared machine another job's burst
-    slows a few whole rounds, and a median of five then follows it (a 20 % slower layout was
-    chosen so).
+    :func:`low_quartile`; it must beat the ``unchanged`` program's by ``min_gain`` (a fraction)
+    to replace it.
 
     >>> fastest_plan({"as is": [3.0, 3.1, 2.9], "tuned": [2.0, 2.6, 2.5], "other": [4.0, 4.2]}, "as is", 0.03)
     'tuned'
     >>> fastest_plan({"as is": [3.0, 3.0, 3.0], "tuned": [2.95, 2.92, 3.0]}, "as is", 0.03)
     'as is'
     """
-    best = {label: min(t) for label, t in rounds.items()}
+    best = {label: low_quartile(t) for label, t in rounds.items()}
     fastest = min(best, key=best.get)
     if unchanged in best and best[fastest] > (1 - min_gain) * best[unchanged]:
         return unchanged
@@ -483,8 +496,12 @@ def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Pr
     return copy
 
 
-# a candidate whose fastest run passes this multiple of the best so far has lost: it stops being timed
+# a candidate whose low quartile passes this multiple of the best so far has lost: it stops being timed
 RACE_MARGIN = 1.3
+# the most rounds measure_programs runs to fill its min_seconds
+MAX_ROUNDS = 1000
+# whole-program plans are timed for at least this long together
+PLAN_MIN_SECONDS = 0.3
 # A candidate the cost model expects to run at under this fraction of the default's speed is
 # not timed (unless ``top_k=0``): im2col or shifted matmuls on a CPU, Winograd on large maps
 EXPECTED_LOSS = 2 / 3
@@ -566,7 +583,7 @@ def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
 
 def decision_table(decisions: list[Decision], reduced_precision: bool = False) -> list[tuple[str, ...]]:
     """Rows of strings, a header first: per decision its op, input shapes, each candidate's
-    fastest ms (``skip``: not timed; ``-``: not a candidate of that op), the choice and whether
+    low-quartile ms (``skip``: not timed; ``-``: not a candidate of that op), the choice and whether
     it came from the cache.
 
     >>> d = Decision(None, {"op": "conv2d", "shapes": [[2, 3, 8, 8], [4, 3, 3, 3]]},
@@ -733,8 +750,8 @@ class Autotune(Pass):
                                                                  freeze_params=self.frozen) for plan in plans})
             deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
             rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
-                                      race=True)
-            times = {label: 1e3 * min(t) for label, t in rounds.items()}
+                                      race=True, min_seconds=PLAN_MIN_SECONDS)
+            times = {label: 1e3 * low_quartile(t) for label, t in rounds.items()}
             entry = {"signature": signature, "device": device_kind(), "jax": jax.__version__, "times_ms": times,
                      "chosen": fastest_plan(rounds, Plan(program_layout(program), False).label, self.min_gain)}
             store.store(key, entry)

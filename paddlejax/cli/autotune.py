@@ -2,11 +2,11 @@
 
     paddlejax autotune out/model --size b=32 --frozen -o out/model.tuned
 
-One row per conv op of the chosen plan: its input shapes, each candidate kernel's fastest
+One row per conv op of the chosen plan: its input shapes, each candidate kernel's low-quartile
 milliseconds ("skip": over the workspace limit or past the op's time limit; "-": not a
 candidate for that op), the choice, and whether it was measured now or taken from the cache.
 Then one row per whole-program plan (layout, with or without the per-op choices) with its
-fastest milliseconds, the chosen one first. ``-o`` saves the program in the chosen layout with
+low-quartile milliseconds, the chosen one first. ``-o`` saves the program in the chosen layout with
 the choices recorded as ``kernel`` annotations.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", help="where to save the tuned program")
     p.add_argument("--cache", default="", help="cache file (default $PADDLEJAX_AUTOTUNE_CACHE or "
                                                "~/.cache/paddlejax/autotune.json)")
-    p.add_argument("--repeats", type=int, default=10, help="timed runs per candidate; the fastest is shown")
+    p.add_argument("--repeats", type=int, default=10, help="timed runs per candidate; the low quartile is shown")
     p.add_argument("--top-k", type=int, default=2,
                    help="time the default and the k kernels the cost model ranks fastest (0: every kernel)")
     p.add_argument("--workspace-mb", type=float, default=0.0,
@@ -57,10 +57,10 @@ def main(args) -> int:
     print(f"{program.name}: {len(decisions)} conv ops, {device_kind()}, jax {jax.__version__}, "
           f"cache {args.cache or default_cache_path()}")
     if decisions:
-        print("fastest ms per kernel:")
+        print("low-quartile ms per kernel:")
         print(format_table(decision_table(decisions, args.reduced_precision)))
     if len(plans) > 1:
-        print(f"whole program ({'frozen' if args.frozen else 'argument'} parameters), fastest ms:")
+        print(f"whole program ({'frozen' if args.frozen else 'argument'} parameters), low-quartile ms:")
         print(format_table([("plan", "ms"), *((p.label, f"{p.ms:.3f}") for p in plans)], right_from=1))
     print(", ".join(f"{k} {v}" for k, v in result.stats.items()))
     if args.output:
