@@ -15,7 +15,9 @@ and batch-norm statistics):
 timed side by side (calls interleaved, medians), and the Predictor's creation with an empty
 autotune cache (cold) and again from the cache (warm). With ``PADDLE_PYTHON`` pointing at a
 Python that has paddlepaddle, the same networks run in Paddle Inference (oneDNN on, the same
-thread count) in a worker of their own, taking turns with ours. Paddle is never a dependency.
+thread count) in a worker of their own, taking turns with ours, and the ``--int8`` models also
+through Paddle's own post-training quantization (hist, four random batches) into its oneDNN int8
+inference. Paddle is never a dependency. Ratios over 1 mean ours is faster.
 
     python benchmarks/cpu_latency.py                  # 1 and 2 threads, all models
     python benchmarks/cpu_latency.py --quick          # tiny: a smoke test
@@ -100,8 +102,10 @@ def ours(models: list[str], int8_models: list[str], batch: int, repeats: int) ->
 
 PADDLE_WORKER = textwrap.dedent('''
     import json, os, sys, tempfile, time
+    os.environ["FLAGS_enable_pir_api"] = "0"  # post-training quantization reads the legacy program format
     import numpy as np
     import paddle
+    from paddle.static.quantization import PostTrainingQuantization
     from paddle import nn
 
     def block(cin, cout, pool):
@@ -132,23 +136,31 @@ PADDLE_WORKER = textwrap.dedent('''
             cin = w
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2D(1), nn.Flatten(), nn.Linear(512, 10))
 
-    args = json.loads(sys.argv[1])
-    rows = [{"machine": "paddle " + paddle.__version__}]
-    for name in args["models"]:
-        net = network(name)
-        net.eval()
-        shape = [None] + args["shapes"][name]
-        path = os.path.join(tempfile.mkdtemp(), "model")
-        paddle.jit.save(paddle.jit.to_static(net, input_spec=[paddle.static.InputSpec(shape, "float32")]), path)
-        config = paddle.inference.Config(path + ".json" if os.path.exists(path + ".json") else path + ".pdmodel",
-                                         path + ".pdiparams")
+    def quantized(folder, batches):
+        # Paddle's own post-training quantization, hist calibration on the batches ours sees
+        paddle.enable_static()
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        _, (feed,), _ = paddle.static.load_inference_model(os.path.join(folder, "model"), exe)
+        ptq = PostTrainingQuantization(executor=exe, model_dir=folder, model_filename="model.pdmodel",
+                                       params_filename="model.pdiparams", data_loader=lambda: ({feed: b} for b in batches),
+                                       batch_nums=len(batches), algo="hist", onnx_format=False,
+                                       quantizable_op_type=["conv2d", "depthwise_conv2d", "mul", "matmul", "matmul_v2"])
+        ptq.quantize()
+        ptq.save_quantized_model(os.path.join(folder, "int8"), model_filename="model.pdmodel",
+                                 params_filename="model.pdiparams")
+        paddle.disable_static()
+        return os.path.join(folder, "int8", "model")
+
+    def timed(path, x, int8):
+        config = paddle.inference.Config(path + ".pdmodel", path + ".pdiparams")
         config.disable_gpu()
         config.enable_mkldnn()
+        if int8:
+            config.enable_mkldnn_int8()
         config.set_cpu_math_library_num_threads(args["threads"])
         start = time.perf_counter()
         predictor = paddle.inference.create_predictor(config)
         created = time.perf_counter() - start
-        x = np.random.default_rng(0).random([args["batch"]] + args["shapes"][name], np.float32)
         handle = predictor.get_input_handle(predictor.get_input_names()[0])
         out = predictor.get_output_handle(predictor.get_output_names()[0])
         def run():
@@ -162,7 +174,25 @@ PADDLE_WORKER = textwrap.dedent('''
             start = time.perf_counter()
             run()
             times.append(time.perf_counter() - start)
-        rows.append({"model": name, "ms": {"Paddle Inference": 1e3 * float(np.median(times))}, "cold_s": created})
+        return 1e3 * float(np.median(times)), created
+
+    args = json.loads(sys.argv[1])
+    rows = [{"machine": "paddle " + paddle.__version__}]
+    for name in args["models"]:
+        net = network(name)
+        net.eval()
+        shape = [None] + args["shapes"][name]
+        folder = tempfile.mkdtemp()
+        path = os.path.join(folder, "model")
+        paddle.jit.save(paddle.jit.to_static(net, input_spec=[paddle.static.InputSpec(shape, "float32")]), path)
+        rng = np.random.default_rng(0)
+        x = rng.random([args["batch"]] + args["shapes"][name], np.float32)
+        ms, created = timed(path, x, int8=False)
+        row = {"model": name, "ms": {"Paddle Inference": ms}, "cold_s": created}
+        if name in args["int8"]:
+            batches = [rng.random([args["batch"]] + args["shapes"][name], np.float32) for _ in range(4)]
+            row["ms"]["Paddle Inference int8"] = timed(quantized(folder, batches), x, int8=True)[0]
+        rows.append(row)
     print("ROWS " + json.dumps(rows))
 ''')
 
@@ -213,13 +243,16 @@ def report(rows: list[dict], threads: int, batch: int, paddle: str | None) -> No
           f"oneDNN kernels: {rows[0]['onednn']}" + (f"; {paddle}" if paddle else ""))
     columns = list(dict.fromkeys(c for row in rows[1:] for c in row["ms"]))
     print(f"{'model':<11}" + "".join(f"{c:>24}" for c in columns) + f"{'fp32 vs best other':>20}"
-          f"{'int8 vs fp32':>14}{'created cold / warm':>22}  conv kernels")
+          f"{'int8 vs fp32':>14}{'int8 vs Paddle int8':>21}{'created cold / warm':>22}  conv kernels")
     for row in rows[1:]:
         ms = row["ms"]
-        best_other = min(v for k, v in ms.items() if not k.startswith("Predictor") or k == "Predictor, XLA kernels")
+        best_other = min(v for k, v in ms.items()
+                         if "int8" not in k and (not k.startswith("Predictor") or k == "Predictor, XLA kernels"))
         int8 = f"{ms['Predictor'] / ms['Predictor int8']:.2f}x" if "Predictor int8" in ms else "-"
+        theirs = (f"{ms['Paddle Inference int8'] / ms['Predictor int8']:.2f}x"
+                  if "Predictor int8" in ms and "Paddle Inference int8" in ms else "-")
         print(f"{row['model']:<11}" + "".join(f"{ms[c]:>21.3f} ms" if c in ms else f"{'-':>24}" for c in columns)
-              + f"{best_other / ms['Predictor']:>19.2f}x{int8:>14}"
+              + f"{best_other / ms['Predictor']:>19.2f}x{int8:>14}{theirs:>21}"
               + f"{row['cold_s']:>13.1f} s / {row['warm_s']:.1f} s  {', '.join(row['kernels'])}")
 
 
