@@ -5,7 +5,9 @@
 // (NCHW or NHWC); weights are reordered into the layout the primitive picked, once per weight
 // buffer and content (see WeightCache).
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,23 +59,53 @@ std::string Key(std::initializer_list<ffi::Span<const int64_t>> spans, std::init
   return key;
 }
 
-// A convolution primitive for one shape, with the weights it last reordered. The weights are
-// reordered again when their buffer or content changes: a frozen program passes the same
-// constant every call, a training step new values (compared against a copy kept here).
-// Channels-first activations go through the blocked layout the primitive prefers (oneDNN's
-// plain-NCHW convolution is a slow im2col + GEMM); channels-last ones are used in place.
+// Weights in a primitive's layout, made from the plain ones at `from` (a copy is kept to tell
+// when that buffer's content changes: a training step writes new values where the last were).
+struct Reordered {
+  const void* from;
+  std::vector<char> copy;
+  memory weights;
+};
+
+// The weight buffers one primitive keeps reordered. A network has several convolutions of one
+// shape (ResNet-18: four 64x64x3x3), which share the primitive; a frozen program passes each
+// its own constant every call, and with a single slot each call reordered again (a third of
+// the int8 ResNet-18's time).
+constexpr size_t kWeightsPerShape = 8;
+
+// A convolution primitive for one shape, with the weights it reordered (the most recently used
+// first). Channels-first activations go through the blocked layout the primitive prefers
+// (oneDNN's plain-NCHW convolution is a slow im2col + GEMM); channels-last ones are used in place.
 struct Conv {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   memory::desc src, user_weights, dst, bias;
   std::unique_ptr<dnnl::reorder> reorder, src_in, dst_out;
   memory scratchpad, src_blocked, dst_blocked;
-  memory weights;                  // in pd.weights_desc(), when it differs from user_weights
-  std::vector<char> weights_copy;  // the plain weights `weights` was made from
-  const void* weights_from = nullptr;
+  std::list<Reordered> weights;  // in pd.weights_desc(), when it differs from user_weights
   bool scales = false, per_channel = false, dst_scale = false;
   std::mutex mu;
 };
+
+// `conv`'s weights for the plain ones at `w`, reordered only when that buffer is new to it or
+// its content changed; past kWeightsPerShape buffers the least recently used slot is reused.
+memory ReorderedWeights(Conv* conv, dnnl::stream& stream, memory user_w, const void* w, size_t w_bytes) {
+  auto& slots = conv->weights;
+  auto it = std::find_if(slots.begin(), slots.end(), [w](const Reordered& r) { return r.from == w; });
+  if (it == slots.end()) {
+    if (slots.size() < kWeightsPerShape) slots.push_back({nullptr, {}, memory(conv->pd.weights_desc(), Engine())});
+    it = std::prev(slots.end());
+    it->from = w;
+    it->copy.clear();
+  }
+  slots.splice(slots.begin(), slots, it);
+  Reordered& r = slots.front();
+  if (r.copy.size() != w_bytes || std::memcmp(r.copy.data(), w, w_bytes) != 0) {
+    conv->reorder->execute(stream, user_w, r.weights);
+    r.copy.assign(static_cast<const char*>(w), static_cast<const char*>(w) + w_bytes);
+  }
+  return r.weights;
+}
 
 std::mutex cache_mu;
 std::unordered_map<std::string, std::unique_ptr<Conv>> conv_cache;
@@ -158,7 +190,6 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
   conv->prim = dnnl::convolution_forward(conv->pd);
   conv->scratchpad = memory(conv->pd.scratchpad_desc(), Engine());
   if (conv->pd.weights_desc() != conv->user_weights) {
-    conv->weights = memory(conv->pd.weights_desc(), Engine());
     conv->reorder = MakeReorder(conv->user_weights, conv->pd.weights_desc());
   }
   if (conv->pd.src_desc() != conv->src) {
@@ -194,17 +225,7 @@ ffi::Error RunConv(const char* op, const ConvShape& c, const void* x, const void
     std::lock_guard<std::mutex> lock(conv->mu);
     memory src(conv->src, Engine(), const_cast<void*>(x)), dst(conv->dst, Engine(), y);
     memory user_w(conv->user_weights, Engine(), const_cast<void*>(w));
-    memory weights = user_w;
-    if (conv->reorder) {
-      bool same = conv->weights_from == w && conv->weights_copy.size() == w_bytes &&
-                  std::memcmp(conv->weights_copy.data(), w, w_bytes) == 0;
-      if (!same) {
-        conv->reorder->execute(stream, user_w, conv->weights);
-        conv->weights_copy.assign(static_cast<const char*>(w), static_cast<const char*>(w) + w_bytes);
-        conv->weights_from = w;
-      }
-      weights = conv->weights;
-    }
+    memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, w, w_bytes) : user_w;
     if (conv->src_in) {
       conv->src_in->execute(stream, src, conv->src_blocked);
       src = conv->src_blocked;

@@ -535,15 +535,18 @@ def _linear_flops(in_shapes, out_shapes, attrs):
 _ANY_RANK = tuple(range(1, 9))
 # (fake-)quantizers and observers scale along one axis, so they keep the channels where they are
 _PER_AXIS = Traits(channels="identity")
+# a quantizer with one scale for the tensor maps each element alone: transposes (a layout
+# change) move through it; one scaling along an axis would have to move that axis too
+_QUANTIZER = Traits(channels="identity", pointwise=lambda attrs: attrs.get("axis") is None)
 _SCALE_RANK = (0, 1)
 
 fake_quantize = define("fake_quantize", _fake_quantize,
                        inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                       attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
+                       attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
 fake_quantize_asym = define("fake_quantize_asym", _fake_quantize_asym,
                             inputs=[Input("x", dtype="float"), Input("min", rank=_SCALE_RANK, dtype="float"),
                                     Input("max", rank=_SCALE_RANK, dtype="float")],
-                            attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
+                            attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
 abs_max = define("abs_max", _abs_max, inputs=[Input("x", dtype="float")], attrs={"axis": _axis_attr()},
                  flops=elementwise_flops, traits=_PER_AXIS)
 moving_average_abs_max = define(
@@ -554,13 +557,13 @@ moving_average_abs_max = define(
 quantize_asym = define("quantize_asym", _quantize_asym,
                        inputs=[Input("x", dtype="float"), Input("min", rank=0, dtype="float"),
                                Input("max", rank=0, dtype="float")],
-                       attrs={"bits": _bits_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
+                       attrs={"bits": _bits_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
 quantize = define("quantize", _quantize,
                   inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                  attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
+                  attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
 dequantize = define("dequantize", _dequantize,
                     inputs=[Input("q"), Input("scale", rank=_SCALE_RANK, dtype="float")],
-                    attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_PER_AXIS)
+                    attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
 quantized_linear = define("quantized_linear", _quantized_linear,
                           inputs=[Input("x_q", rank=_ANY_RANK), Input("w_q", rank=2),
                                   Input("x_scale", rank=0, dtype="float"),

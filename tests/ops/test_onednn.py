@@ -257,6 +257,59 @@ print("ok")
 
 
 @needs_onednn
+def test_convolutions_of_one_shape_each_keep_their_reordered_weights():
+    # ResNet-18 has four 64x64x3x3 convolutions: they share one primitive, and each frozen
+    # weight must stay reordered across calls (one slot reordered every weight every call)
+    code = """
+import jax, jax.numpy as jnp, numpy as np
+from paddlejax.ops import conv2d
+rng = np.random.default_rng(0)
+weights = [jnp.asarray(rng.standard_normal((16, 16, 3, 3)), jnp.float32) for _ in range(6)]
+kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, data_format="NHWC")
+
+def net(x):
+    for w in weights:  # compiled in as constants, as a frozen Predictor has them
+        x = jnp.tanh(conv2d.variants["onednn"](x, w, **kw))
+    return x
+
+x = jnp.asarray(rng.standard_normal((2, 8, 8, 16)), jnp.float32)
+want = jax.jit(lambda x: [x := jnp.tanh(conv2d.kernel(x, w, **kw)) for w in weights][-1])(x)
+run = jax.jit(net)
+for _ in range(4):
+    np.testing.assert_allclose(run(x), want, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+    executed = [line for line in out.stdout.splitlines() if line.startswith("onednn_verbose,") and ",exec," in line]
+    convolutions = [line for line in executed if ",convolution," in line]
+    weight_reorders = [line for line in executed if ",reorder," in line and "16x16x3x3" in line]
+    assert len(convolutions) == 6 * 4
+    assert 1 <= len(weight_reorders) <= 6  # once per weight (none where the primitive takes them plain)
+
+
+@needs_onednn
+def test_more_convolutions_of_one_shape_than_kept_weights_still_compute_each_their_own():
+    kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, data_format="NHWC")
+    weights = [f32(8, 8, 3, 3) for _ in range(11)]
+    x = f32(2, 6, 6, 8)
+
+    def net(conv, x):
+        outs = []
+        for w in weights:
+            x = jnp.tanh(conv(x, w, **kw))
+            outs.append(x)
+        return outs
+
+    run = jax.jit(lambda x: net(conv2d.variants["onednn"], x))
+    want = jax.jit(lambda x: net(conv2d.kernel, x))(x)
+    for _ in range(3):
+        for got, expected in zip(run(x), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
 def test_a_jaxlib_that_refuses_the_kernels_leaves_them_unavailable_with_the_reason(monkeypatch):
     # an extension built against a newer XLA FFI than the installed jaxlib's is refused when
     # registered: the kernels are then unavailable, not an import error

@@ -148,12 +148,24 @@ _REGISTRY_POINTWISE = sorted(n for n, o in registry.all_ops().items() if o.trait
 
 @pytest.mark.parametrize("name", _REGISTRY_POINTWISE)
 def test_declared_pointwise_registry_ops_commute_with_transposes(name):
+    # inputs that take no matrix get a scalar (a quantizer's per-tensor scale, or range)
     opdef = registry.get(name)
-    x = _lax_unary_inputs() - 0.5
     attrs = {"dtype": "float32"} if name == "cast" else {}
-    args = [x] * len([i for i in opdef.inputs if not i.optional])
-    np.testing.assert_allclose(opdef(*(a.T for a in args), **attrs), np.asarray(opdef(*args, **attrs)).T,
-                               rtol=1e-6)
+    assert opdef.traits.has("pointwise", attrs)
+    x = _lax_unary_inputs() - 0.5
+    if name == "dequantize":
+        x = (100 * x).astype(np.int8)
+    scalars = iter([np.float32(0.7), np.float32(0.9)])
+    inputs = [i for i in opdef.inputs if not i.optional]
+    args = [x if i.rank is None or 2 in np.atleast_1d(i.rank) else next(scalars) for i in inputs]
+    np.testing.assert_allclose(opdef(*(np.transpose(a) for a in args), **attrs),
+                               np.asarray(opdef(*args, **attrs)).T, rtol=1e-6)
+
+
+def test_a_quantizer_scaling_along_an_axis_is_not_pointwise():
+    # a transpose moving through it would have to move its axis too
+    assert registry.get("quantize").traits.has("pointwise", {"axis": None})
+    assert not registry.get("quantize").traits.has("pointwise", {"axis": 1})
 
 
 def test_registry_commutative_ops_commute():

@@ -136,3 +136,15 @@ def test_the_cases_cover_every_layout_sensitive_op_over_images():
     sensitive = {name for name, op in pj.ops.all_ops().items() if op.traits.layout_sensitive
                  and set(op.attrs["data_format"].choices or ()) >= {"NCHW", "NHWC"}}
     assert sensitive == set(_layout_ops())
+
+
+def test_an_int8_program_keeps_one_transpose_in_and_one_out(residual):
+    # per-tensor (de)quantizers are pointwise: the transposes around each converted int8
+    # convolution move through them and cancel, as they do through a float program's adds
+    rng = np.random.default_rng(0)
+    calibration = [rng.normal(size=(2, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    int8 = pj.passes.run(pj.slim.quant_post(residual, calibration, progress=False), "int8_dataflow")
+    assert [op.type for op in int8.walk()].count("quantized_conv2d") == 3
+    out, result = convert(int8)
+    assert result.stats["transposes"] == 2
+    np.testing.assert_array_equal(out(calibration[0]), int8(calibration[0]))
