@@ -1,41 +1,50 @@
 """CPU inference latency through the user path, at 1 and 2 threads, beside plain JAX and Paddle Inference.
 
-For each thread count a worker process is pinned to that many cores (``sched_setaffinity``
-before JAX and OpenMP start, ``OMP_NUM_THREADS`` to match). In it, for SmallCNN (32x32),
-the digits CNN (8x8) and ResNet-18 for 32x32 inputs (batch 32, NCHW models, random weights
-and batch-norm statistics):
+For SmallCNN (32x32), the digits CNN (8x8) and ResNet-18 for 32x32 inputs (batch 32, NCHW
+models, random weights and batch-norm statistics), each configuration runs in a process of its
+own, pinned to the thread count's cores (``OMP_NUM_THREADS`` to match):
 
 - ``plain JAX``: the network under ``jax.jit`` with its weights closed over (constants);
 - ``Predictor, XLA kernels``: trace -> ``Predictor`` (frozen, tuned) with the oneDNN variants
   excluded (``autotune{exclude=onednn}``): what the Predictor ran before they existed;
-- ``Predictor``: the default pipeline, the oneDNN kernels among the tuner's candidates;
-- ``Predictor int8`` (``--int8`` models): the program quantized by ``pj.slim.quant_post`` (hist calibration on four
-  random batches), then the same Predictor (int8 dataflow between the quantized convolutions);
+- ``Predictor``: the default pipeline, the oneDNN kernels among the tuner's candidates, created
+  with an empty autotune cache (cold) and again from the cache (warm);
+- ``Predictor int8`` (``--int8`` models): the program quantized by ``pj.slim.quant_post`` (hist
+  calibration on four random batches), then the same Predictor (int8 dataflow between the
+  quantized convolutions);
+- with ``PADDLE_PYTHON`` pointing at a Python that has paddlepaddle: ``Paddle Inference``
+  (oneDNN on, the same thread count) and, for the ``--int8`` models, ``Paddle Inference int8``
+  (Paddle's own post-training quantization, hist on four random batches, into its oneDNN int8
+  inference). Paddle is never a dependency.
 
-timed side by side (calls interleaved, medians), and the Predictor's creation with an empty
-autotune cache (cold) and again from the cache (warm). With ``PADDLE_PYTHON`` pointing at a
-Python that has paddlepaddle, the same networks run in Paddle Inference (oneDNN on, the same
-thread count) in a worker of their own, taking turns with ours, and the ``--int8`` models also
-through Paddle's own post-training quantization (hist, four random batches) into its oneDNN int8
-inference. Paddle is never a dependency. Ratios over 1 mean ours is faster.
+The processes take turns: each round asks every one, one at a time, for a block of calls (at
+least five, for at least 50 ms) and takes the block's median; a row shows the median over the
+rounds. Taking turns lets the machine's noise hit all alike; a process of its own keeps each
+one's thread pools to itself, as a deployed model has them (in one process, XLA's pool and
+oneDNN's OpenMP threads left spinning by the previous model slowed the next by up to 1.6x).
+Ratios over 1 mean ours is faster.
 
     python benchmarks/cpu_latency.py                  # 1 and 2 threads, all models
     python benchmarks/cpu_latency.py --quick          # tiny: a smoke test
-    PADDLE_PYTHON=/path/to/paddle-env/bin/python python benchmarks/cpu_latency.py
+    PADDLE_PYTHON=/path/to/paddle-env/bin/python python benchmarks/cpu_latency.py --int8 SmallCNN,DigitsCNN,ResNet-18
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("SmallCNN", "DigitsCNN", "ResNet-18")
 SHAPES = {"SmallCNN": (3, 32, 32), "DigitsCNN": (1, 8, 8), "ResNet-18": (3, 32, 32)}
+OURS = ("plain JAX", "Predictor, XLA kernels", "Predictor")
+BLOCK_CALLS, BLOCK_SECONDS = 5, 0.05
 
 
 def pin(threads: int) -> None:
@@ -44,12 +53,26 @@ def pin(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-def ours(models: list[str], int8_models: list[str], batch: int, repeats: int) -> list[dict]:
-    """Rows of the paddlejax side, in this (pinned) process."""
+def serve(info: dict, call) -> None:
+    """The worker's side of :class:`timing.StepWorker`: warm ``call`` up, print ``READY <info>``,
+    then for each request the median seconds of a block of consecutive calls."""
+    for _ in range(3):
+        call()
+    print("READY", json.dumps(info), flush=True)
+    for _ in sys.stdin:
+        times, began = [], time.perf_counter()
+        while len(times) < BLOCK_CALLS or time.perf_counter() - began < BLOCK_SECONDS:
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        print("STEP", statistics.median(times), 0, flush=True)
+
+
+def our_worker(args: dict) -> None:
+    """One of our configurations for one model, in this pinned process, served block by block."""
+    pin(args["threads"])
     sys.path.insert(0, str(HERE))
     os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(), "autotune.json")
-    import time
-
     import jax
     import numpy as np
     from flax import nnx
@@ -58,46 +81,46 @@ def ours(models: list[str], int8_models: list[str], batch: int, repeats: int) ->
     from paddlejax.inference import Config, Predictor
     from paddlejax.ops import onednn
     from paddlejax.passes.manager import inference_pipeline
-    from timing import alternate, machine
+    from timing import machine
 
     from cnn_models import MODELS as CNNS, randomise_statistics
 
-    rows = [{"machine": machine(), "onednn": onednn.unavailable_reason() or "available"}]
-    for name in models:
-        pj.nn.seed(0)
-        if name == "DigitsCNN":
-            from paddlejax.models.digits import DigitsCNN
-            model = DigitsCNN()
-        else:
-            model = CNNS[name]("NCHW", 32)
-        randomise_statistics(model)
-        model.eval()
-        program = pj.to_static(model, pj.InputSpec((None, *SHAPES[name])), name=name)
-        x = np.random.default_rng(0).random((batch, *SHAPES[name]), np.float32)
+    name, config, batch = args["model"], args["config"], args["batch"]
+    pj.nn.seed(0)
+    if name == "DigitsCNN":
+        from paddlejax.models.digits import DigitsCNN
+        model = DigitsCNN()
+    else:
+        model = CNNS[name]("NCHW", 32)
+    randomise_statistics(model)
+    model.eval()
+    program = pj.to_static(model, pj.InputSpec((None, *SHAPES[name])), name=name)
+    x = np.random.default_rng(0).random((batch, *SHAPES[name]), np.float32)
+    info = {"name": config}
+    buckets = dict(max_batch_size=batch, batch_buckets=(batch,), progress=False)
+    if config == "plain JAX":
         graphdef, state = nnx.split(model)
         plain = jax.jit(lambda x: nnx.merge(graphdef, state)(x))
-        tune = {"sizes": f"b={batch}", "frozen": True, "progress": False}
+        call = lambda: jax.block_until_ready(plain(x))  # noqa: E731
+    elif config == "Predictor, XLA kernels":
+        tune = {"sizes": f"b={batch}", "frozen": True, "progress": False, "exclude": "onednn"}
+        call = Predictor(program, Config(**buckets, passes=inference_pipeline(autotune=tune)))
+    elif config == "Predictor":
         start = time.perf_counter()
-        predictor = Predictor(program, Config(max_batch_size=batch, batch_buckets=(batch,), progress=False))
-        cold = time.perf_counter() - start
+        predictor = Predictor(program, Config(**buckets))
+        info["cold_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        Predictor(program, Config(max_batch_size=batch, batch_buckets=(batch,), progress=False))
-        warm = time.perf_counter() - start
-        xla = Predictor(program, Config(max_batch_size=batch, batch_buckets=(batch,),
-                                        passes=inference_pipeline(autotune={**tune, "exclude": "onednn"})))
-        calls = {"plain JAX": lambda: jax.block_until_ready(plain(x)), "Predictor, XLA kernels": lambda: xla(x),
-                 "Predictor": lambda: predictor(x)}
-        if name in int8_models:
-            rng = np.random.default_rng(1)
-            calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
-            int8 = Predictor(pj.slim.quant_post(program, calibration, progress=False),
-                             Config(max_batch_size=batch, batch_buckets=(batch,), progress=False))
-            calls["Predictor int8"] = lambda: int8(x)
-        kernels = sorted({op.attrs.get("kernel") or "default" for op in predictor.program.walk()
-                          if op.type in ("conv2d", "depthwise_conv2d")})
-        times = alternate(calls, warmup=3, repeats=repeats)
-        rows.append({"model": name, "ms": times, "cold_s": cold, "warm_s": warm, "kernels": kernels})
-    return rows
+        Predictor(program, Config(**buckets))
+        info["warm_s"] = time.perf_counter() - start
+        info["kernels"] = sorted({op.attrs.get("kernel") or "default" for op in predictor.program.walk()
+                                  if op.type in ("conv2d", "depthwise_conv2d")})
+        info["machine"], info["onednn"] = machine(), onednn.unavailable_reason() or "available"
+        call = predictor
+    else:
+        rng = np.random.default_rng(1)
+        calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
+        call = Predictor(pj.slim.quant_post(program, calibration, progress=False), Config(**buckets))
+    serve(info, (lambda: call(x)) if config != "plain JAX" else call)
 
 
 PADDLE_WORKER = textwrap.dedent('''
@@ -151,7 +174,7 @@ PADDLE_WORKER = textwrap.dedent('''
         paddle.disable_static()
         return os.path.join(folder, "int8", "model")
 
-    def timed(path, x, int8):
+    def predictor_call(path, x, int8):
         config = paddle.inference.Config(path + ".pdmodel", path + ".pdiparams")
         config.disable_gpu()
         config.enable_mkldnn()
@@ -167,84 +190,102 @@ PADDLE_WORKER = textwrap.dedent('''
             handle.copy_from_cpu(x)
             predictor.run()
             return out.copy_to_cpu()
-        for _ in range(3):
-            run()
-        times = []
-        for _ in range(args["repeats"]):
+        return run, created
+
+    args = json.loads(sys.argv[1])
+    name = args["model"]
+    net = network(name)
+    net.eval()
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "model")
+    paddle.jit.save(paddle.jit.to_static(net, input_spec=[paddle.static.InputSpec([None] + args["shapes"][name],
+                                                                                  "float32")]), path)
+    rng = np.random.default_rng(0)
+    x = rng.random([args["batch"]] + args["shapes"][name], np.float32)
+    if args["int8"]:
+        path = quantized(folder, [rng.random([args["batch"]] + args["shapes"][name], np.float32) for _ in range(4)])
+    run, created = predictor_call(path, x, args["int8"])
+    for _ in range(3):
+        run()
+    print("READY", json.dumps({"name": "Paddle Inference" + " int8" * args["int8"], "cold_s": created,
+                               "machine": "paddle " + paddle.__version__}), flush=True)
+    for _ in sys.stdin:  # a block of calls per request, as the paddlejax workers time theirs
+        times, began = [], time.perf_counter()
+        while len(times) < args["block_calls"] or time.perf_counter() - began < args["block_seconds"]:
             start = time.perf_counter()
             run()
             times.append(time.perf_counter() - start)
-        return 1e3 * float(np.median(times)), created
-
-    args = json.loads(sys.argv[1])
-    rows = [{"machine": "paddle " + paddle.__version__}]
-    for name in args["models"]:
-        net = network(name)
-        net.eval()
-        shape = [None] + args["shapes"][name]
-        folder = tempfile.mkdtemp()
-        path = os.path.join(folder, "model")
-        paddle.jit.save(paddle.jit.to_static(net, input_spec=[paddle.static.InputSpec(shape, "float32")]), path)
-        rng = np.random.default_rng(0)
-        x = rng.random([args["batch"]] + args["shapes"][name], np.float32)
-        ms, created = timed(path, x, int8=False)
-        row = {"model": name, "ms": {"Paddle Inference": ms}, "cold_s": created}
-        if name in args["int8"]:
-            batches = [rng.random([args["batch"]] + args["shapes"][name], np.float32) for _ in range(4)]
-            row["ms"]["Paddle Inference int8"] = timed(quantized(folder, batches), x, int8=True)[0]
-        rows.append(row)
-    print("ROWS " + json.dumps(rows))
+        print("STEP", float(np.median(times)), 0, flush=True)
 ''')
 
 
-def worker(argv: list[str]) -> int:
-    args = json.loads(argv[0])
-    pin(args["threads"])
-    print("ROWS " + json.dumps(ours(args["models"], args["int8"], args["batch"], args["repeats"])))
-    return 0
+def measure(model: str, threads: int, args, paddle: str | None) -> dict:
+    """One model's row: every configuration in a process of its own, taking turns."""
+    from timing import StepWorker
+
+    job = {"model": model, "batch": args.batch, "threads": threads}
+    configs = [*OURS, *(["Predictor int8"] if model in args.int8 else [])]
+    workers = []
+    try:
+        for config in configs:
+            workers.append(StepWorker(sys.executable, [__file__, "--worker"], {**job, "config": config}, threads))
+        if paddle:
+            with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+                f.write(PADDLE_WORKER)
+            for int8 in (False, True)[:1 + (model in args.int8)]:
+                workers.append(StepWorker(paddle, [f.name], {**job, "int8": int8, "block_calls": BLOCK_CALLS,
+                                                             "block_seconds": BLOCK_SECONDS,
+                                                             "shapes": {k: list(v) for k, v in SHAPES.items()}},
+                                          threads))
+        infos = [json.loads(w.name) for w in workers]
+        seconds = {info["name"]: [] for info in infos}
+        for _ in range(args.rounds):
+            for worker, info in zip(workers, infos):
+                seconds[info["name"]].append(worker.step()[0])
+    finally:
+        for worker in workers:
+            worker.__exit__()
+    row = next(info for info in infos if info["name"] == "Predictor")
+    row.update(model=model, ms={k: 1e3 * statistics.median(v) for k, v in seconds.items()},
+               paddle=next((info["machine"] for info in infos if info["name"] == "Paddle Inference"), None))
+    return row
 
 
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        return worker(sys.argv[2:])
-    from timing import run_worker  # here: a worker pins its CPUs before JAX is imported
+        our_worker(json.loads(sys.argv[2]))
+        return 0
+    sys.path.insert(0, str(HERE))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="SmallCNN and the digits CNN at batch 4, few repeats")
+    p.add_argument("--quick", action="store_true", help="SmallCNN and the digits CNN at batch 4, few rounds")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--int8", default="SmallCNN,DigitsCNN", help="the models also run int8 (default SmallCNN,DigitsCNN)")
+    p.add_argument("--rounds", type=int, default=15, help="turns each configuration takes")
     args = p.parse_args(argv)
     models = ["SmallCNN", "DigitsCNN"] if args.quick else args.models.split(",")
     unknown = set(models) - set(MODELS)
     if unknown:
         p.error(f"unknown models {sorted(unknown)}; choose from {', '.join(MODELS)}")
-    batch, repeats = (4, 5) if args.quick else (32, 50)
+    args.int8 = args.int8.split(",")
+    args.batch, args.rounds = (4, 3) if args.quick else (32, args.rounds)
     paddle = os.environ.get("PADDLE_PYTHON")
     for threads in map(int, args.threads.split(",")):
         if threads > len(os.sched_getaffinity(0)):
             print(f"skipping {threads} threads: this process may use {len(os.sched_getaffinity(0))} CPUs")
             continue
-        job = {"models": models, "int8": args.int8.split(","), "batch": batch, "repeats": repeats, "threads": threads,
-               "shapes": {k: list(v) for k, v in SHAPES.items()}}
-        rows = run_worker(sys.executable, [__file__, "--worker"], job, threads)
-        if paddle:
-            with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-                f.write(PADDLE_WORKER)
-            paddle_rows = run_worker(paddle, [f.name], job, threads)
-            for row, theirs in zip(rows[1:], paddle_rows[1:]):
-                row["ms"].update(theirs["ms"])
-                row["paddle_create_s"] = theirs["cold_s"]
-        report(rows, threads, batch, paddle_rows[0]["machine"] if paddle else None)
+        report([measure(model, threads, args, paddle) for model in models], threads, args.batch)
     return 0
 
 
-def report(rows: list[dict], threads: int, batch: int, paddle: str | None) -> None:
+def report(rows: list[dict], threads: int, batch: int) -> None:
+    paddle = rows[0]["paddle"]
     print(f"\n{rows[0]['machine']}\n{threads} thread{'s' * (threads > 1)}, batch {batch}, float32, NCHW models; "
           f"oneDNN kernels: {rows[0]['onednn']}" + (f"; {paddle}" if paddle else ""))
-    columns = list(dict.fromkeys(c for row in rows[1:] for c in row["ms"]))
+    columns = list(dict.fromkeys(c for row in rows for c in row["ms"]))
     print(f"{'model':<11}" + "".join(f"{c:>24}" for c in columns) + f"{'fp32 vs best other':>20}"
           f"{'int8 vs fp32':>14}{'int8 vs Paddle int8':>21}{'created cold / warm':>22}  conv kernels")
-    for row in rows[1:]:
+    for row in rows:
         ms = row["ms"]
         best_other = min(v for k, v in ms.items()
                          if "int8" not in k and (not k.startswith("Predictor") or k == "Predictor, XLA kernels"))
