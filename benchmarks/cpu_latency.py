@@ -18,10 +18,11 @@ own, pinned to the thread count's cores (``OMP_NUM_THREADS`` to match):
   inference). Paddle is never a dependency.
 
 The processes take turns: each round asks every one, one at a time, for a block of calls (at
-least five, for at least 50 ms) and takes the block's median; a row shows the median over the
+least five, for at least 0.3 s) and takes the block's median; a row shows the median over the
 rounds. Taking turns lets the machine's noise hit all alike; a process of its own keeps each
 one's thread pools to itself, as a deployed model has them (in one process, XLA's pool and
-oneDNN's OpenMP threads left spinning by the previous model slowed the next by up to 1.6x).
+oneDNN's OpenMP threads left spinning by the previous model slowed the next by up to 1.6x),
+and a pause between turns lets the last one's threads go to sleep.
 Ratios over 1 mean ours is faster.
 
     python benchmarks/cpu_latency.py                  # 1 and 2 threads, all models
@@ -44,7 +45,10 @@ HERE = Path(__file__).resolve().parent
 MODELS = ("SmallCNN", "DigitsCNN", "ResNet-18")
 SHAPES = {"SmallCNN": (3, 32, 32), "DigitsCNN": (1, 8, 8), "ResNet-18": (3, 32, 32)}
 OURS = ("plain JAX", "Predictor, XLA kernels", "Predictor")
-BLOCK_CALLS, BLOCK_SECONDS = 5, 0.05
+BLOCK_CALLS, BLOCK_SECONDS = 5, 0.3
+# between turns: Intel OpenMP's threads (Paddle's) spin 200 ms after their last work
+# (KMP_BLOCKTIME), and would slow whichever process came next
+SETTLE_SECONDS = 0.3
 
 
 def pin(threads: int) -> None:
@@ -241,6 +245,7 @@ def measure(model: str, threads: int, args, paddle: str | None) -> dict:
         seconds = {info["name"]: [] for info in infos}
         for _ in range(args.rounds):
             for worker, info in zip(workers, infos):
+                time.sleep(SETTLE_SECONDS)
                 seconds[info["name"]].append(worker.step()[0])
     finally:
         for worker in workers:
