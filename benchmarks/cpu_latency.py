@@ -57,7 +57,7 @@ def pin(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-def serve(info: dict, call) -> None:
+def serve(info: dict, call, block_seconds: float) -> None:
     """The worker's side of :class:`timing.StepWorker`: warm ``call`` up, print ``READY <info>``,
     then for each request the median seconds of a block of consecutive calls."""
     for _ in range(3):
@@ -65,7 +65,7 @@ def serve(info: dict, call) -> None:
     print("READY", json.dumps(info), flush=True)
     for _ in sys.stdin:
         times, began = [], time.perf_counter()
-        while len(times) < BLOCK_CALLS or time.perf_counter() - began < BLOCK_SECONDS:
+        while len(times) < BLOCK_CALLS or time.perf_counter() - began < block_seconds:
             start = time.perf_counter()
             call()
             times.append(time.perf_counter() - start)
@@ -124,7 +124,7 @@ def our_worker(args: dict) -> None:
         rng = np.random.default_rng(1)
         calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
         call = Predictor(pj.slim.quant_post(program, calibration, progress=False), Config(**buckets))
-    serve(info, (lambda: call(x)) if config != "plain JAX" else call)
+    serve(info, (lambda: call(x)) if config != "plain JAX" else call, args["block_seconds"])
 
 
 PADDLE_WORKER = textwrap.dedent('''
@@ -227,7 +227,7 @@ def measure(model: str, threads: int, args, paddle: str | None) -> dict:
     """One model's row: every configuration in a process of its own, taking turns."""
     from timing import StepWorker
 
-    job = {"model": model, "batch": args.batch, "threads": threads}
+    job = {"model": model, "batch": args.batch, "threads": threads, "block_seconds": args.block_seconds}
     configs = [*OURS, *(["Predictor int8"] if model in args.int8 else [])]
     workers = []
     try:
@@ -238,14 +238,13 @@ def measure(model: str, threads: int, args, paddle: str | None) -> dict:
                 f.write(PADDLE_WORKER)
             for int8 in (False, True)[:1 + (model in args.int8)]:
                 workers.append(StepWorker(paddle, [f.name], {**job, "int8": int8, "block_calls": BLOCK_CALLS,
-                                                             "block_seconds": BLOCK_SECONDS,
                                                              "shapes": {k: list(v) for k, v in SHAPES.items()}},
                                           threads))
         infos = [json.loads(w.name) for w in workers]
         seconds = {info["name"]: [] for info in infos}
         for _ in range(args.rounds):
             for worker, info in zip(workers, infos):
-                time.sleep(SETTLE_SECONDS)
+                time.sleep(args.settle_seconds)
                 seconds[info["name"]].append(worker.step()[0])
     finally:
         for worker in workers:
@@ -274,6 +273,7 @@ def main(argv=None) -> int:
         p.error(f"unknown models {sorted(unknown)}; choose from {', '.join(MODELS)}")
     args.int8 = args.int8.split(",")
     args.batch, args.rounds = (4, 3) if args.quick else (32, args.rounds)
+    args.block_seconds, args.settle_seconds = (0.02, 0.02) if args.quick else (BLOCK_SECONDS, SETTLE_SECONDS)
     paddle = os.environ.get("PADDLE_PYTHON")
     for threads in map(int, args.threads.split(",")):
         if threads > len(os.sched_getaffinity(0)):
