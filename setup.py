@@ -6,6 +6,7 @@ The build finds oneDNN's headers and library in the ``onednn-devel-cpu-gomp`` wh
 FFI headers in ``jaxlib`` (both build requirements). The extension is optional: where it cannot
 be built the install goes on, and paddlejax runs XLA's own kernels.
 """
+import hashlib
 import importlib.metadata
 import platform
 from pathlib import Path
@@ -33,7 +34,12 @@ def _extensions() -> list[Extension]:
     except (ImportError, importlib.metadata.PackageNotFoundError, FileNotFoundError) as e:
         print(f"paddlejax: building without the oneDNN kernels ({e})")
         return []
-    return [Extension("paddlejax.ops._onednn", ["paddlejax/ops/onednn.cc"], language="c++",
+    source = "paddlejax/ops/onednn.cc"
+    # the library says which source it was built from, so that a stale build is not taken for
+    # a fresh one (the optional build leaves the last library in place when a compile fails)
+    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    return [Extension("paddlejax.ops._onednn", [source], language="c++",
+                      define_macros=[("PADDLEJAX_ONEDNN_SOURCE_SHA256", f'"{digest}"')],
                       include_dirs=include, library_dirs=[lib], libraries=[":libdnnl.so.3"],
                       # site-packages/paddlejax/ops -> the environment's lib, where the wheel puts libdnnl
                       runtime_library_dirs=["$ORIGIN/../../../.."],

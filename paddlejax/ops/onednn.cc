@@ -594,3 +594,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnBatchNormBackward, BatchNormBackwar
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<float>("epsilon")
                                   .Attr<bool>("nhwc"));
+
+#ifndef PADDLEJAX_ONEDNN_SOURCE_SHA256
+#define PADDLEJAX_ONEDNN_SOURCE_SHA256 ""
+#endif
+
+// The sha256 of the onednn.cc this library was built from (empty when the build did not say).
+extern "C" const char* PaddlejaxOnednnSourceSha256() { return PADDLEJAX_ONEDNN_SOURCE_SHA256; }

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib.machinery
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -74,12 +76,28 @@ def _load() -> str | None:
         library = ctypes.CDLL(str(path))
     except OSError as e:
         return f"cannot load the oneDNN extension: {e}"
+    _warn_if_stale(library, path.parent / "onednn.cc")
     try:
         for target, symbol in _TARGETS.items():
             jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
     except (AttributeError, RuntimeError) as e:  # e.g. built against a newer XLA FFI than this jaxlib's
         return f"cannot register the oneDNN kernels with this jaxlib ({jax.__version__}): {e}"
     return None
+
+
+def _warn_if_stale(library: ctypes.CDLL, source: Path) -> None:
+    """Warn when the library was built from another ``onednn.cc`` than the one beside it (a
+    source tree whose last rebuild failed keeps running the old kernels)."""
+    if not source.exists():  # an installed wheel ships the library alone
+        return
+    built_from = getattr(library, "PaddlejaxOnednnSourceSha256", None)
+    if built_from is not None:
+        built_from.restype = ctypes.c_char_p
+        built_from = built_from().decode()
+    if built_from != hashlib.sha256(source.read_bytes()).hexdigest():
+        warnings.warn(f"the oneDNN extension {source.parent / '_onednn'}* was built from another {source.name} "
+                      "than the one beside it: it runs the old kernels; rebuild with `pip install -e .` "
+                      "(`-v` shows compile errors)", RuntimeWarning, stacklevel=3)
 
 
 def available() -> bool:

@@ -310,6 +310,26 @@ def test_more_convolutions_of_one_shape_than_kept_weights_still_compute_each_the
 
 
 @needs_onednn
+def test_a_library_built_from_another_source_than_the_one_beside_it_warns(tmp_path):
+    # the build is optional: a failed compile keeps the last library, whose old kernels would
+    # otherwise run without a word
+    import ctypes
+    import warnings
+    from pathlib import Path
+
+    library = ctypes.CDLL(str(onednn._extension()))
+    source = tmp_path / "onednn.cc"
+    source.write_text("// edited since the build\n")
+    with pytest.warns(RuntimeWarning, match="built from another onednn.cc"):
+        onednn._warn_if_stale(library, source)
+    source.write_bytes((Path(onednn.__file__).parent / "onednn.cc").read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        onednn._warn_if_stale(library, source)  # the source it was built from
+        onednn._warn_if_stale(library, tmp_path / "absent.cc")  # an installed wheel: no source to compare
+
+
+@needs_onednn
 def test_a_jaxlib_that_refuses_the_kernels_leaves_them_unavailable_with_the_reason(monkeypatch):
     # an extension built against a newer XLA FFI than the installed jaxlib's is refused when
     # registered: the kernels are then unavailable, not an import error
