@@ -240,6 +240,7 @@ def measure(model: str, threads: int, args, paddle: str | None) -> dict:
                 workers.append(StepWorker(paddle, [f.name], {**job, "int8": int8, "block_calls": BLOCK_CALLS,
                                                              "shapes": {k: list(v) for k, v in SHAPES.items()}},
                                           threads))
+            os.unlink(f.name)  # the workers have read it by the time they are READY
         infos = [json.loads(w.name) for w in workers]
         seconds = {info["name"]: [] for info in infos}
         for _ in range(args.rounds):
