@@ -879,7 +879,7 @@ class Autotune(Pass):
         return Trial(signature, args, [DEFAULT, *others], builds)
 
     def _race(self, trial: Trial, fns: dict) -> dict[str, float | None]:
-        """Fastest milliseconds of each of ``trial``'s compiled candidates ``fns``, in their ranked
+        """Low-quartile milliseconds of each of ``trial``'s compiled candidates ``fns``, in their ranked
         order with the default last (always timed); ``None`` for one not timed or not reached
         before the op's deadline. A candidate stops being timed once it is clearly slower than
         the best so far."""

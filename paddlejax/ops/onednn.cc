@@ -3,9 +3,9 @@
 // Each handler builds its oneDNN primitive once per shape and attributes (a process-wide cache)
 // and runs it on the buffers XLA hands in. Activations stay in the program's plain layout
 // (NCHW or NHWC); weights are reordered into the layout the primitive picked, once per weight
-// buffer and content (see WeightCache).
-#include <cstdint>
+// buffer and content (see ReorderedWeights).
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <list>
 #include <memory>

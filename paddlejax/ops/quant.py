@@ -533,7 +533,7 @@ def _linear_flops(in_shapes, out_shapes, attrs):
 
 
 _ANY_RANK = tuple(range(1, 9))
-# (fake-)quantizers and observers scale along one axis, so they keep the channels where they are
+# observers (and quantizers, below) work along one axis, so they keep the channels where they are
 _PER_AXIS = Traits(channels="identity")
 # a quantizer with one scale for the tensor maps each element alone: transposes (a layout
 # change) move through it; one scaling along an axis would have to move that axis too
