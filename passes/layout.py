@@ -27,6 +27,7 @@ import dataclasses
 
 from paddlejax.ir.core import Op, Program, TensorType
 from paddlejax.ir.rewriter import Rewriter
+from paddlejax.ops import registry
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.fusion import EliminateTransposes
 from paddlejax.passes.query import transpose_perm
@@ -44,6 +45,14 @@ def _image_op(op: Op) -> bool:
     # only the first result is an image; batch_norm's others are per-channel statistics
     return (op.has_trait("layout_sensitive") and op.attrs.get("data_format") in INTO
             and len(op.operands[0].type.shape) == 4 and len(op.results[0].type.shape) == 4)
+
+
+def _image_inputs(op: Op) -> set[int]:
+    """The operand positions of ``op`` in its data format: the first, and the inputs the
+    registry declares ``image`` (a fused residual)."""
+    opdef = registry.lookup(op.type)
+    declared = opdef.inputs if opdef is not None else []
+    return {0} | {i for i, d in enumerate(declared[:len(op.operands)]) if d.image}
 
 
 def program_layout(program: Program) -> str:
@@ -77,14 +86,18 @@ class ConvertLayout(Pass):
         rewriter = Rewriter(program)
         converted = 0
         moved: dict = {}  # (value, block) -> the value in the new layout, transposed once per block
-        for op in [op for op in program.walk() if _image_op(op) and op.attrs["data_format"] != self.to]:
-            x, rest = op.operands[0], op.operands[1:]
+        def into_layout(x, op):
             key = (x, id(op.parent))
             if key not in moved:
                 moved[key] = rewriter.insert_before(op, Op("transpose", [x], [permuted(x.type, into)],
                                                            {"perm": into}, loc=op.loc)).result
+            return moved[key]
+
+        for op in [op for op in program.walk() if _image_op(op) and op.attrs["data_format"] != self.to]:
+            images = _image_inputs(op)
+            operands = [into_layout(x, op) if i in images else x for i, x in enumerate(op.operands)]
             types = [permuted(op.results[0].type, into), *(r.type for r in op.results[1:])]
-            new = rewriter.insert_before(op, Op(op.type, [moved[key], *rest], types,
+            new = rewriter.insert_before(op, Op(op.type, operands, types,
                                                 {**op.attrs, "data_format": self.to}, loc=op.loc))
             out = rewriter.insert_before(op, Op("transpose", [new.results[0]], [op.results[0].type], {"perm": back},
                                                 loc=op.loc))

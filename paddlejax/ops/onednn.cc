@@ -120,6 +120,8 @@ struct ConvShape {
   float alpha;
   bool int8 = false, per_channel = false;  // s8 x s8 -> f32 with runtime scales
   bool int8_out = false;                   // ... -> s8 with a runtime dst scale
+  bool sum = false;                        // ... + sum_scale * (the s8 residual in dst), before act
+  float sum_scale = 0.f;
 };
 
 // The convolution's dimensions in oneDNN's order (activations NCHW-indexed whatever their
@@ -162,6 +164,7 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
   conv->user_weights = memory::desc(g.w, in_type, g.w_fmt);
   conv->bias = memory::desc({g.y[1]}, f32, memory::format_tag::x);
   dnnl::post_ops ops;
+  if (c.sum) ops.append_sum(c.sum_scale);
   if (!AppendActivation(ops, c.act, c.alpha)) return nullptr;
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
@@ -178,7 +181,8 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
   }
   auto any = memory::format_tag::any;
   auto src_any = c.nhwc ? conv->src : memory::desc(g.x, in_type, any);
-  auto dst_any = c.nhwc ? conv->dst : memory::desc(g.y, out_type, any);
+  // the sum post-op reads the residual where XLA put it: in the plain layout
+  auto dst_any = c.nhwc || c.sum ? conv->dst : memory::desc(g.y, out_type, any);
   auto weights_any = memory::desc(g.w, in_type, any);
   conv->pd = c.has_bias
       ? dnnl::convolution_forward::primitive_desc(Engine(), dnnl::prop_kind::forward_inference,
@@ -204,9 +208,11 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
 }
 
 std::string ConvKey(const ConvShape& c) {
+  int32_t sum_scale_bits;  // a primitive attribute: each scale its own primitive
+  std::memcpy(&sum_scale_bits, &c.sum_scale, sizeof sum_scale_bits);
   return Key({c.xd, c.wd, c.yd, c.stride, c.pad_lo, c.pad_hi, c.dilation},
              {c.groups, c.nhwc, c.has_bias, c.act, static_cast<int64_t>(c.alpha * 1e6), c.int8, c.per_channel,
-              c.int8_out});
+              c.int8_out, c.sum, sum_scale_bits});
 }
 
 // Run `c` on XLA's buffers; the scales only for int8.
@@ -288,6 +294,28 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                                  bool nhwc, bool has_bias, int64_t act, float alpha) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1, true};
+  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(),
+                 b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
+                 out_scale.untyped_data());
+}
+
+// int8 residual connection: the same, plus residual_scale * residual before the activation (the
+// residual is copied into y unless XLA aliased them; oneDNN's sum post-op adds it in place)
+ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
+                              ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> out_scale,
+                              ffi::Buffer<ffi::S8> residual, ffi::Buffer<ffi::F32> residual_scale,
+                              ffi::ResultBuffer<ffi::S8> y, ffi::Span<const int64_t> stride,
+                              ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
+                              ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
+                              int64_t act, float alpha) {
+  if (residual.size_bytes() != y->size_bytes()) {
+    return ffi::Error::InvalidArgument("oneDNN quantized_conv2d: the residual's shape is not the output's");
+  }
+  ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
+              has_bias, act, alpha, true, w_scale.element_count() > 1, true, true, *residual_scale.typed_data()};
+  if (y->untyped_data() != residual.untyped_data()) {
+    std::memcpy(y->untyped_data(), residual.untyped_data(), residual.size_bytes());
+  }
   return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(),
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
                  out_scale.untyped_data());
@@ -553,6 +581,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S8>>()
+                                  .CONV_ATTRS);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnResidualConv2d, ResidualConv2dImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
                                   .CONV_ATTRS);

@@ -40,6 +40,7 @@ _TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d",
             "paddlejax_onednn_conv2d_backward_weights": "PaddlejaxOnednnConv2dBackwardWeights",
             "paddlejax_onednn_quantized_conv2d": "PaddlejaxOnednnQuantizedConv2d",
             "paddlejax_onednn_requantized_conv2d": "PaddlejaxOnednnRequantizedConv2d",
+            "paddlejax_onednn_residual_conv2d": "PaddlejaxOnednnResidualConv2d",
             "paddlejax_onednn_batch_norm_training": "PaddlejaxOnednnBatchNormTraining",
             "paddlejax_onednn_batch_norm_backward": "PaddlejaxOnednnBatchNormBackward"}
 
@@ -162,18 +163,20 @@ def _out_shape(geometry, x_shape, w_shape) -> tuple:
     return (x_shape[0], w_shape[0], *out_hw) if fmt == "NCHW" else (x_shape[0], *out_hw, w_shape[0])
 
 
-def _ffi(target, shape, dtype, *operands, **attrs):
-    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, dtype), vmap_method="sequential")
+def _ffi(target, shape, dtype, *operands, aliases=None, **attrs):
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, dtype), vmap_method="sequential",
+                            input_output_aliases=aliases)
     return call(*operands, **attrs)
 
 
-def _call(target, config, *operands, has_bias, dtype=jnp.float32):
+def _call(target, config, *operands, has_bias, dtype=jnp.float32, aliases=None):
     """The FFI call of ``target`` on ``operands`` (x first, weight second) with ``config``'s
-    attributes; the output is ``dtype``, of the convolution's shape."""
+    attributes; the output is ``dtype``, of the convolution's shape (written over the operands
+    ``aliases`` names, as ``jax.ffi.ffi_call``'s ``input_output_aliases``)."""
     geometry, (act, alpha) = config[:5], config[5:]
     x, w = operands[:2]
     return _ffi(target, _out_shape(geometry, x.shape, w.shape), dtype, *operands, **_attrs(geometry),
-                has_bias=bool(has_bias), act=np.int64(_ACTS[act]), alpha=np.float32(alpha))
+                aliases=aliases, has_bias=bool(has_bias), act=np.int64(_ACTS[act]), alpha=np.float32(alpha))
 
 
 def _config(stride, pads, dilation, groups, data_format, act, act_alpha) -> tuple:
@@ -268,24 +271,33 @@ def quantized_conv2d_fits(x_q, w_q, w_scale, data_format: str, act) -> bool:
 
 
 def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation, groups, data_format, act=None,
-                     act_alpha=None, out_scale=None):
+                     act_alpha=None, out_scale=None, residual=None, residual_scale=None):
     """``act(conv(x_q, w_q) * x_scale * w_scale / 127**2 + bias)`` by oneDNN's int8 convolution
     (int32 accumulation, the rescale, bias and activation fused), the ``quantized_conv2d`` op's
     function with explicit ``pads``; with ``out_scale`` that result requantized to int8
-    (``round(y * 127 / out_scale)``, saturated to [-128, 127]). Callers check
-    :func:`quantized_conv2d_fits`."""
+    (``round(y * 127 / out_scale)``, saturated to [-128, 127]). With ``out_scale``, an int8
+    ``residual`` of the output's shape (and its ``residual_scale``) is added before the
+    activation, in place (oneDNN's ``sum`` post-op, as Paddle Inference fuses residual
+    connections). Callers check :func:`quantized_conv2d_fits`."""
     if not available():
         raise RuntimeError(f"oneDNN quantized_conv2d: {unavailable_reason()}")
     config = _config(stride, pads, dilation, groups, data_format, act, act_alpha)
-    scales = (jnp.reshape(x_scale, (1,)).astype(jnp.float32) / 127,
-              jnp.reshape(w_scale, (-1,)).astype(jnp.float32) / 127)
+    per_tensor = lambda s: jnp.reshape(s, (1,)).astype(jnp.float32) / 127  # noqa: E731
+    scales = (per_tensor(x_scale), jnp.reshape(w_scale, (-1,)).astype(jnp.float32) / 127)
     has_bias = bias is not None
     bias = jnp.zeros((w_q.shape[0],), jnp.float32) if bias is None else bias.astype(jnp.float32)
     if out_scale is None:
+        if residual is not None:
+            raise ValueError("oneDNN quantized_conv2d: a residual is fused into an int8 output only (give out_scale)")
         return _call("paddlejax_onednn_quantized_conv2d", config, x_q, w_q, *scales, bias, has_bias=has_bias)
-    out = jnp.reshape(out_scale, (1,)).astype(jnp.float32) / 127
-    return _call("paddlejax_onednn_requantized_conv2d", config, x_q, w_q, *scales, bias, out, has_bias=has_bias,
-                 dtype=jnp.int8)
+    if residual is None:
+        return _call("paddlejax_onednn_requantized_conv2d", config, x_q, w_q, *scales, bias, per_tensor(out_scale),
+                     has_bias=has_bias, dtype=jnp.int8)
+    if residual.dtype != jnp.int8 or residual_scale is None:
+        raise ValueError(f"oneDNN quantized_conv2d: the fused residual is int8 with its residual_scale, got "
+                         f"{residual.dtype}" + " without a scale" * (residual_scale is None))
+    return _call("paddlejax_onednn_residual_conv2d", config, x_q, w_q, *scales, bias, per_tensor(out_scale),
+                 residual, per_tensor(residual_scale), has_bias=has_bias, dtype=jnp.int8, aliases={6: 0})
 
 
 def batch_norm_fits(x, data_format: str) -> bool:

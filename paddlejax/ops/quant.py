@@ -345,8 +345,8 @@ def _quantized_conv_kernel(accumulate, doc=None):
     """A quantized_conv2d kernel around ``accumulate`` (the int32 accumulator): validation,
     the rescale, bias and the fused activation are common to all."""
 
-    def kernel(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, *, stride, padding, dilation, groups,
-               data_format, act=None, act_alpha=None):
+    def kernel(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, residual=None, residual_scale=None, *,
+               stride, padding, dilation, groups, data_format, act=None, act_alpha=None):
         op = "quantized_conv2d"
         _require_dtype(op, "x_q", x_q, "int8")
         _require_dtype(op, "w_q", w_q, "int8")
@@ -357,10 +357,31 @@ def _quantized_conv_kernel(accumulate, doc=None):
         acc = accumulate(x_q, w_q, stride, pads, dil, groups, data_format)
         channels = channel_axis(data_format, acc.ndim)
         y = _rescale(acc, x_scale * _scale_along(op, "w_scale", w_scale, acc.shape, channels))
-        return _requantize(fused_activation(_add_bias(y, bias, data_format), act, act_alpha), out_scale)
+        y = _add_residual(_add_bias(y, bias, data_format), residual, residual_scale)
+        return _requantize(fused_activation(y, act, act_alpha), out_scale)
 
     kernel.__doc__ = doc or accumulate.__doc__
     return kernel
+
+
+def _add_residual(y, residual, residual_scale):
+    """``y`` plus a residual of its shape: int8 with its per-tensor ``residual_scale`` (dequantized
+    first), or float without one; ``y`` unchanged for None."""
+    op = "quantized_conv2d"
+    if residual is None:
+        if residual_scale is not None:
+            raise ValueError(f"{op}: 'residual_scale' is given without a 'residual'")
+        return y
+    if tuple(residual.shape) != tuple(y.shape):
+        raise input_error(op, "residual", f"the output's shape {tuple(y.shape)}", tuple(residual.shape))
+    if residual.dtype == jnp.int8:
+        if residual_scale is None:
+            raise ValueError(f"{op}: an int8 'residual' needs its 'residual_scale'")
+        _scale_along(op, "residual_scale", residual_scale, residual.shape, None)
+        return y + _dequantize_values(residual.astype(jnp.float32), residual_scale.astype(jnp.float32), _INT8_QMAX)
+    if residual_scale is not None:
+        raise ValueError(f"{op}: a {residual.dtype} 'residual' takes no 'residual_scale' (only an int8 one does)")
+    return y + residual
 
 
 def _requantize(y, out_scale):
@@ -372,28 +393,39 @@ def _requantize(y, out_scale):
     return _quantize_values(y, out_scale, _INT8_QMAX).astype(jnp.int8)
 
 
-def _onednn_quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, *, stride, padding, dilation,
-                             groups, data_format, act=None, act_alpha=None):
+def _onednn_quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, residual=None,
+                             residual_scale=None, *, stride, padding, dilation, groups, data_format, act=None,
+                             act_alpha=None):
     """quantized_conv2d by oneDNN's int8 convolution (:mod:`paddlejax.ops.onednn`: the rescale,
-    bias, activation and requantize fused); where oneDNN is unavailable or does not fit, the
-    reference."""
+    bias, an int8 residual, activation and requantize fused); where oneDNN is unavailable or
+    does not fit, the reference."""
     attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, data_format=data_format,
                  act=act, act_alpha=act_alpha)
     if not (onednn.quantized_conv2d_fits(x_q, w_q, w_scale, data_format, act) and onednn.available()):
-        return _quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale, **attrs)
+        return _quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale, residual, residual_scale, **attrs)
+    operands = (x_q, w_q, x_scale, w_scale, bias, out_scale, residual, residual_scale)
+    jax.eval_shape(lambda *a: _quantized_conv2d(*a, **attrs), *operands)  # the reference's checks
     pads, dil, _ = _check_conv("quantized_conv2d", x_q, w_q, bias, stride, padding, dilation, groups, data_format)
     attrs.update(pads=pads, dilation=dil)
     del attrs["padding"]
     # oneDNN saturates to [-128, 127] and the reference clips to [-127, 127]: after a relu the
     # two agree, otherwise the requantize runs after the float result
-    if out_scale is not None and act == "relu":
-        return onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale=out_scale, **attrs)
-    return _requantize(onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, **attrs), out_scale)
+    if out_scale is not None and act == "relu" and (residual is None or residual.dtype == jnp.int8):
+        return onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale=out_scale, residual=residual,
+                                       residual_scale=residual_scale, **attrs)
+    fused_act = act if residual is None else None
+    y = onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, **{**attrs, "act": fused_act})
+    if residual is not None:
+        y = fused_activation(_add_residual(y, residual, residual_scale), act, act_alpha)
+    return _requantize(y, out_scale)
 
 
 _quantized_conv2d = _quantized_conv_kernel(_lax_int32, """2-D convolution of int8 ``x_q`` with int8 OIHW weight ``w_q`` (same attributes as
     ``conv2d``), accumulated in int32 and rescaled once by ``x_scale * w_scale / 127**2`` to
-    float32; ``w_scale`` is per tensor or per output channel ``(out_c,)``. Variants:
+    float32; ``w_scale`` is per tensor or per output channel ``(out_c,)``. A ``residual`` of
+    the output's shape (int8 with its per-tensor ``residual_scale``, or float) is added before
+    the activation, and ``out_scale`` requantizes the result to int8 (the ``int8_dataflow``
+    pass writes both). Variants:
     ``int8_taps`` and ``int8_im2col`` (int8 matmuls; exact, the same int32 sums), and
     ``bf16_conv``, ``bf16_taps``, ``bf16_im2col``, the same on bfloat16 carriers
     (see the module doc).
@@ -584,7 +616,9 @@ quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                           inputs=[Input("x_q", rank=4), Input("w_q", rank=4), Input("x_scale", rank=0, dtype="float"),
                                   Input("w_scale", rank=_SCALE_RANK, dtype="float"),
                                   Input("bias", rank=1, dtype="float", optional=True),
-                                  Input("out_scale", rank=0, dtype="float", optional=True)],
+                                  Input("out_scale", rank=0, dtype="float", optional=True),
+                                  Input("residual", rank=4, optional=True, image=True),
+                                  Input("residual_scale", rank=0, dtype="float", optional=True)],
                           attrs=dict(conv2d.attrs), flops=_conv_flops,
                           variants={"int8_taps": _quantized_conv_kernel(_int8_taps),
                                     "int8_im2col": _quantized_conv_kernel(_int8_im2col),

@@ -144,7 +144,9 @@ class Input:
     (``"float"``, ``"int"`` or None) are checked on every call; ``optional`` inputs must
     come last; a ``variadic`` input takes any number (at least one) of arrays. A ``state``
     input is a buffer the op keeps rather than a trained weight (batch norm's running
-    statistics): reports count parameters read only there apart from trainable ones."""
+    statistics): reports count parameters read only there apart from trainable ones. An
+    ``image`` input is laid out in the op's ``data_format`` like its first input (a residual
+    added to a convolution's output): layout passes transpose it with the first."""
 
     name: str
     rank: int | tuple[int, ...] | None = None
@@ -152,6 +154,7 @@ class Input:
     optional: bool = False
     variadic: bool = False
     state: bool = False
+    image: bool = False
 
     def check(self, op: str, x) -> None:
         shape = np.shape(x) if not hasattr(x, "shape") else x.shape

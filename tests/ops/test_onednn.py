@@ -203,6 +203,51 @@ def test_int8_convolution_matches_the_reference(data_format, case, act, per_chan
     assert diff.max() <= 1 and (diff > 0).mean() < 0.01
 
 
+@needs_onednn
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("act", [None, "relu"])
+@pytest.mark.parametrize("residual_read_again", [False, True])
+def test_an_int8_residual_is_added_as_the_reference_adds_it(data_format, case, act, residual_read_again):
+    """The residual connection the int8 dataflow fuses: with a relu, oneDNN adds it in place
+    (its sum post-op, writing over the residual's buffer unless something reads it again);
+    without, the float result takes the residual before the requantize."""
+    from paddlejax.ops.quant import quantized_conv2d
+
+    xs, ws, attrs = CASES[case]
+    x, w = int8(*xs), int8(*ws)
+    if data_format == "NHWC":
+        x = x.transpose(0, 2, 3, 1)
+    kw = dict(attrs, data_format=data_format, act=act)
+    scales = (jnp.float32(3.0), jnp.asarray(rng.uniform(0.5, 2.0, ws[0]), jnp.float32), f32(ws[0]))
+    float_out = quantized_conv2d.kernel(x, w, *scales, **kw)
+    residual = int8(*float_out.shape)
+    operands = (x, w, *scales, jnp.float32(np.abs(np.asarray(float_out)).max()), residual, jnp.float32(40.0))
+    want = quantized_conv2d.kernel(*operands, **kw)
+    variant = lambda *a: quantized_conv2d.variants["onednn"](*a, **kw)  # noqa: E731
+    if residual_read_again:
+        got, again = jax.jit(lambda *a: (variant(*a), a[6].astype(jnp.int32) + 1))(*operands)
+        np.testing.assert_array_equal(again, np.asarray(residual, np.int32) + 1)  # not overwritten
+    else:
+        got = jax.jit(variant)(*operands)
+    assert got.dtype == want.dtype == jnp.int8
+    diff = np.abs(np.asarray(got, np.int32) - np.asarray(want, np.int32))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+
+
+@needs_onednn
+def test_a_residual_of_the_wrong_shape_or_without_its_scale_is_refused_by_name():
+    from paddlejax.ops.quant import quantized_conv2d
+
+    xs, ws, attrs = CASES[0]
+    kw = dict(attrs, data_format="NCHW", act="relu")
+    x, w, s = int8(*xs), int8(*ws), jnp.float32(2.0)
+    with pytest.raises(ValueError, match="input 'residual' expects the output's shape"):
+        quantized_conv2d.variants["onednn"](x, w, s, s, None, s, int8(2, 8, 9, 8), s, **kw)
+    with pytest.raises(ValueError, match="an int8 'residual' needs its 'residual_scale'"):
+        quantized_conv2d.variants["onednn"](x, w, s, s, None, s, int8(2, 8, 9, 9), **kw)
+
+
 def test_cases_it_does_not_fit_take_the_reference():
     x, w = jnp.ones((1, 2, 5, 5), jnp.bfloat16), jnp.ones((3, 2, 3, 3), jnp.bfloat16)
     assert not onednn.conv2d_fits(x, w, "NCHW", None)

@@ -77,7 +77,8 @@ def test_what_does_not_commute_with_quantize_stays_float(between):
             return self.c(h) + pj.ops.reduce_mean(h)  # h has a float reader besides the next conv
 
     _, int8 = quantized(Net(), (4, 3, 8, 8))
-    flowed = pj.passes.run(int8, "fuse_bias_act,int8_dataflow")
+    # residual adds stay float when asked (by default they fuse: below)
+    flowed = pj.passes.run(int8, "fuse_bias_act,int8_dataflow{residual=false}")
     first = next(op for op in flowed.walk() if op.type == "quantized_conv2d")
     assert first.result.type.dtype == "float32" and first.input("out_scale") is None
 
@@ -115,3 +116,105 @@ def test_a_cnn_served_int8_end_to_end():
     np.testing.assert_allclose(predictor(x), want, rtol=0, atol=0.02 * np.abs(want).max())
     drift = np.abs(predictor(x) - fp32(x)).max() / np.abs(fp32(x)).max()
     assert drift < 0.1
+
+
+class Residual(pj.nn.Layer):
+    """A stem and two ResNet basic blocks: one with an identity shortcut, one with a projection
+    (strided 1x1 convolution) shortcut."""
+
+    def __init__(self):
+        conv = lambda cin, cout, k=3, stride=1: pj.nn.Conv2D(cin, cout, k, stride=stride, padding=k // 2)  # noqa
+        self.stem, self.a1, self.a2 = conv(3, 8), conv(8, 8), conv(8, 8)
+        self.b1, self.b2, self.project = conv(8, 16, stride=2), conv(16, 16), conv(8, 16, 1, stride=2)
+        self.head = conv(16, 4)
+
+    def __call__(self, x):
+        h = pj.ops.relu(self.stem(x))
+        h = pj.ops.relu(self.a2(pj.ops.relu(self.a1(h))) + h)
+        h = pj.ops.relu(self.b2(pj.ops.relu(self.b1(h))) + self.project(h))
+        return self.head(h)
+
+
+def values_of(program, pick, x):
+    """The values ``pick(program)`` chooses in the program, on ``x``."""
+    probe = program.clone()
+    probe.set_outputs(pick(probe))
+    return [np.asarray(v, np.float64) for v in probe(x)]
+
+
+def grid(v, scale):
+    """``v`` rounded and clipped to the int8 grid of ``scale`` (in levels)."""
+    return np.clip(np.round(v * 127 / scale), -127, 127)
+
+
+def test_an_identity_residual_add_fuses_into_the_convolution_before_it():
+    pj.nn.seed(0)
+    _, int8 = quantized(Residual(), (4, 3, 8, 8))
+    fused = pj.passes.run(pj.passes.run(int8, "canonicalize,fuse_bias_act,fuse_elementwise_act"), "dce")
+    manager = pj.passes.PassManager("int8_dataflow,dce")
+    flowed = manager.run(fused)
+    assert manager.records[0].stats == {"requantized": 3, "residual_fused": 1}
+    assert kinds(flowed) == [("quantize", "int8"), ("quantized_conv2d", "int8"), ("quantized_conv2d", "int8"),
+                             ("quantized_conv2d", "int8"),   # a2, with the shortcut: int8 out
+                             ("quantized_conv2d", "int8"), ("quantized_conv2d", "float32"),
+                             ("quantized_conv2d", "float32"),  # b2 and the projection: a float add
+                             ("elementwise_add", "float32"), ("quantize", "int8"), ("quantized_conv2d", "float32")]
+    stem, a1, a2 = [op for op in flowed.walk() if op.type == "quantized_conv2d"][:3]
+    assert a2.input("residual") is stem.result and a2.input("residual_scale") is stem.input("out_scale")
+    assert a2.attrs["act"] == "relu" and a1.result.type.dtype == "int8"
+    # the block's int8 output is the sum with the shortcut rounded and clipped to its int8 grid
+    # (as the next convolution's input already was), one level apart at most
+    x = calib((6, 3, 8, 8), 1)[0]
+    (got,) = values_of(flowed, lambda p: [[op for op in p.walk() if op.type == "quantized_conv2d"][2].result], x)
+    add = next(op for op in fused.walk() if op.type == "elementwise_add")
+    conv_out, shortcut = values_of(fused, lambda p: next(op.operands for op in p.walk()
+                                                         if op.type == "elementwise_add"), x)
+    s_shortcut, s_out = (float(fused.params[op.operands[1].producer.attrs["name"]]) for op in
+                         (next(u for u in add.operands[1].users if u.type == "quantize"), add.result.users[0]))
+    want = grid(np.maximum(conv_out + grid(shortcut, s_shortcut) * s_shortcut / 127, 0), s_out)
+    assert np.abs(got - want).max() <= 1 and (got != want).mean() < 0.01
+    unfused = values_of(fused, lambda p: [next(op.result for op in p.walk() if op.type == "quantize"
+                                               and op.operands[0].producer is not None
+                                               and op.operands[0].producer.type == "elementwise_add")], x)[0]
+    assert (got != unfused).mean() < 0.2  # rounding the shortcut moves few of the sum's levels
+    np.testing.assert_allclose(flowed(x), fused(x), atol=0.05 * np.abs(fused(x)).max())
+    assert str(pj.passes.run(flowed, "int8_dataflow")) == str(flowed)  # a fixpoint
+
+
+def test_the_other_readers_of_a_fused_sum_read_its_int8_value():
+    class Twice(pj.nn.Layer):  # the second block's shortcut is the first block's sum
+        def __init__(self):
+            conv = lambda: pj.nn.Conv2D(8, 8, 3, padding=1)  # noqa: E731
+            self.stem, self.a, self.b, self.head = pj.nn.Conv2D(3, 8, 3, padding=1), conv(), conv(), conv()
+
+        def __call__(self, x):
+            h = pj.ops.relu(self.stem(x))
+            h = pj.ops.relu(self.a(h) + h)
+            h = pj.ops.relu(self.b(h) + h)
+            return self.head(h) + pj.ops.reduce_mean(h)  # a float reader of the last sum too
+
+    pj.nn.seed(1)
+    _, int8 = quantized(Twice(), (4, 3, 8, 8))
+    flowed = pj.passes.run(int8, "canonicalize,fuse_bias_act,fuse_elementwise_act,int8_dataflow,dce")
+    convs = [op for op in flowed.walk() if op.type == "quantized_conv2d"]
+    a, b = convs[1], convs[2]
+    assert b.input("residual") is a.result  # the chain stays int8
+    means = [op for op in flowed.walk() if op.canonical[0] == "reduce_mean"]
+    assert means[0].operands[0].producer.type == "dequantize"
+    assert means[0].operands[0].producer.operands[0] is b.result
+    x = calib((3, 3, 8, 8), 1)[0]
+    np.testing.assert_allclose(flowed(x), int8(x), atol=0.05 * np.abs(int8(x)).max())
+
+
+def test_a_fused_residual_survives_layout_conversion_and_serves_through_the_predictor():
+    pj.nn.seed(2)
+    _, int8 = quantized(Residual(), (4, 3, 8, 8))
+    flowed = pj.passes.run(int8, "canonicalize,fuse_bias_act,fuse_elementwise_act,int8_dataflow,dce")
+    nhwc = pj.passes.run(flowed, "convert_layout{to=NHWC},dce")
+    fused = next(op for op in nhwc.walk() if op.type == "quantized_conv2d" and op.input("residual") is not None)
+    assert fused.input("residual").type.shape == fused.result.type.shape  # transposed with its input
+    x = calib((2, 3, 8, 8), 1)[0]
+    np.testing.assert_array_equal(nhwc(x), flowed(x))
+    predictor = Predictor(int8, Config(max_batch_size=2, batch_buckets=(2,), progress=False))
+    assert any(op.input("residual") is not None for op in predictor.program.walk() if op.type == "quantized_conv2d")
+    np.testing.assert_allclose(predictor(x), flowed(x), atol=0.02 * np.abs(flowed(x)).max())
