@@ -59,10 +59,14 @@ std::string Key(std::initializer_list<ffi::Span<const int64_t>> spans, std::init
   return key;
 }
 
-// Weights in a primitive's layout, made from the plain ones at `from` (a copy is kept to tell
-// when that buffer's content changes: a training step writes new values where the last were).
+// Weights in a primitive's layout, made from the plain ones at `from`. Weights frozen into the
+// executable come with `id`, a hash of their content taken when the program was traced: the
+// buffer keeps that content while the executable lives, and another executable's constant at
+// the same address has another id. Other weights (arguments) have id 0 and a copy is kept to
+// tell when the buffer's content changes: a training step writes new values where the last were.
 struct Reordered {
   const void* from;
+  int64_t id;
   std::vector<char> copy;
   memory weights;
 };
@@ -87,22 +91,33 @@ struct Conv {
   std::mutex mu;
 };
 
-// `conv`'s weights for the plain ones at `w`, reordered only when that buffer is new to it or
-// its content changed; past kWeightsPerShape buffers the least recently used slot is reused.
-memory ReorderedWeights(Conv* conv, dnnl::stream& stream, memory user_w, const void* w, size_t w_bytes) {
+// `conv`'s weights for the plain ones at `w` (content hash `id`, 0 for unknown), reordered only
+// when that buffer is new to it or its content changed; past kWeightsPerShape buffers the least
+// recently used slot is reused.
+memory ReorderedWeights(Conv* conv, dnnl::stream& stream, memory user_w, const void* w, size_t w_bytes, int64_t id) {
   auto& slots = conv->weights;
   auto it = std::find_if(slots.begin(), slots.end(), [w](const Reordered& r) { return r.from == w; });
   if (it == slots.end()) {
-    if (slots.size() < kWeightsPerShape) slots.push_back({nullptr, {}, memory(conv->pd.weights_desc(), Engine())});
+    if (slots.size() < kWeightsPerShape) {
+      slots.push_back({nullptr, 0, {}, memory(conv->pd.weights_desc(), Engine())});
+    }
     it = std::prev(slots.end());
     it->from = w;
+    it->id = 0;
     it->copy.clear();
   }
   slots.splice(slots.begin(), slots, it);
   Reordered& r = slots.front();
-  if (r.copy.size() != w_bytes || std::memcmp(r.copy.data(), w, w_bytes) != 0) {
+  bool same = id != 0 ? r.id == id
+                      : r.id == 0 && r.copy.size() == w_bytes && std::memcmp(r.copy.data(), w, w_bytes) == 0;
+  if (!same) {
     conv->reorder->execute(stream, user_w, r.weights);
-    r.copy.assign(static_cast<const char*>(w), static_cast<const char*>(w) + w_bytes);
+    r.id = id;
+    if (id != 0) {
+      std::vector<char>().swap(r.copy);
+    } else {
+      r.copy.assign(static_cast<const char*>(w), static_cast<const char*>(w) + w_bytes);
+    }
   }
   return r.weights;
 }
@@ -217,7 +232,7 @@ std::string ConvKey(const ConvShape& c) {
 
 // Run `c` on XLA's buffers; the scales only for int8.
 ffi::Error RunConv(const char* op, const ConvShape& c, const void* x, const void* w, size_t w_bytes,
-                   const void* bias, void* y, const void* src_scale = nullptr,
+                   int64_t weights_id, const void* bias, void* y, const void* src_scale = nullptr,
                    const void* weight_scale = nullptr, const void* dst_scale = nullptr) {
   Conv* conv;
   try {
@@ -231,7 +246,7 @@ ffi::Error RunConv(const char* op, const ConvShape& c, const void* x, const void
     std::lock_guard<std::mutex> lock(conv->mu);
     memory src(conv->src, Engine(), const_cast<void*>(x)), dst(conv->dst, Engine(), y);
     memory user_w(conv->user_weights, Engine(), const_cast<void*>(w));
-    memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, w, w_bytes) : user_w;
+    memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, w, w_bytes, weights_id) : user_w;
     if (conv->src_in) {
       conv->src_in->execute(stream, src, conv->src_blocked);
       src = conv->src_blocked;
@@ -265,11 +280,11 @@ ffi::Error Conv2dImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::Buf
                       ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                       ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                       ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias, int64_t act,
-                      float alpha) {
+                      float alpha, int64_t weights_id) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha};
-  return RunConv("oneDNN conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), b.untyped_data(),
-                 y->untyped_data());
+  return RunConv("oneDNN conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
+                 b.untyped_data(), y->untyped_data());
 }
 
 // int8: y = act(x_scale * w_scale[oc] * conv(x_q, w_q) + bias), the scales already divided by 127
@@ -278,10 +293,10 @@ ffi::Error QuantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, f
                                ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                                ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                                ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
-                               int64_t act, float alpha) {
+                               int64_t act, float alpha, int64_t weights_id) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1};
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(),
+  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data());
 }
 
@@ -291,10 +306,10 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                                  ffi::Buffer<ffi::F32> out_scale, ffi::ResultBuffer<ffi::S8> y,
                                  ffi::Span<const int64_t> stride, ffi::Span<const int64_t> pad_lo,
                                  ffi::Span<const int64_t> pad_hi, ffi::Span<const int64_t> dilation, int64_t groups,
-                                 bool nhwc, bool has_bias, int64_t act, float alpha) {
+                                 bool nhwc, bool has_bias, int64_t act, float alpha, int64_t weights_id) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1, true};
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(),
+  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
                  out_scale.untyped_data());
 }
@@ -307,7 +322,7 @@ ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ff
                               ffi::ResultBuffer<ffi::S8> y, ffi::Span<const int64_t> stride,
                               ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                               ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
-                              int64_t act, float alpha) {
+                              int64_t act, float alpha, int64_t weights_id) {
   if (residual.size_bytes() != y->size_bytes()) {
     return ffi::Error::InvalidArgument("oneDNN quantized_conv2d: the residual's shape is not the output's");
   }
@@ -316,7 +331,7 @@ ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ff
   if (y->untyped_data() != residual.untyped_data()) {
     std::memcpy(y->untyped_data(), residual.untyped_data(), residual.size_bytes());
   }
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(),
+  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
                  out_scale.untyped_data());
 }
@@ -554,7 +569,8 @@ ffi::Error BatchNormBackwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> 
   CONV_GEOMETRY                                        \
       .Attr<bool>("has_bias")                          \
       .Attr<int64_t>("act")                            \
-      .Attr<float>("alpha")
+      .Attr<float>("alpha")                            \
+      .Attr<int64_t>("weights_id")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2d, Conv2dImpl,
                               ffi::Ffi::Bind()

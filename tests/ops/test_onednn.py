@@ -72,6 +72,36 @@ def test_new_weights_of_the_same_shape_are_used_every_call():
         del w
 
 
+@needs_onednn
+def test_executables_with_other_frozen_weights_of_one_shape_each_compute_their_own():
+    # frozen weights are trusted by a hash of their content instead of a byte comparison every
+    # call: an executable freed and the next compiled with other constants (perhaps at the same
+    # address) must not meet the old reordered weights
+    from paddlejax.ops.quant import quantized_conv2d
+
+    kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, data_format="NHWC")
+    x, x_q = f32(2, 6, 6, 8), int8(2, 6, 6, 8)
+    scales = (jnp.float32(2.0), jnp.float32(0.5))
+    for step in range(6):
+        w, w_q = f32(8, 8, 3, 3), int8(8, 8, 3, 3)
+        run = jax.jit(lambda x, x_q: (conv2d.variants["onednn"](x, w, **kw),
+                                      quantized_conv2d.variants["onednn"](x_q, w_q, *scales, **kw)))
+        got, got_q = run(x, x_q)
+        np.testing.assert_allclose(got, conv2d.kernel(x, w, **kw), rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
+        np.testing.assert_allclose(got_q, quantized_conv2d.kernel(x_q, w_q, *scales, **kw), rtol=1e-5, atol=1e-4)
+        del run, w, w_q
+
+
+def test_the_hash_of_frozen_weights_tells_content_dtype_and_shape_apart_and_arguments_have_none():
+    a = np.arange(8, dtype=np.float32)
+    ids = {onednn._weights_id(v) for v in (a, a + 1, a.reshape(2, 4), a.view(np.int32), a.astype(np.float64))}
+    assert len(ids) == 5 and 0 not in ids
+    assert onednn._weights_id(jnp.asarray(a)) == onednn._weights_id(a.copy())
+    seen = []
+    jax.jit(lambda w: seen.append(onednn._weights_id(w)) or w)(a)
+    assert seen == [0]  # an argument: compared byte by byte every call instead
+
+
 def _nhwc(x, data_format):
     return x.transpose(0, 2, 3, 1) if data_format == "NHWC" else x
 
