@@ -43,7 +43,7 @@ import numpy as np
 from paddlejax.ir.core import Op, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
 from paddlejax.passes.base import register_pass
-from paddlejax.passes.query import only_reader, param_name
+from paddlejax.passes.query import nonnegative, only_reader, param_name
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
 
 
@@ -166,6 +166,19 @@ def _int8(t: TensorType) -> TensorType:
     return TensorType(t.shape, "int8")
 
 
+class _MarkNonnegative(RewritePattern):
+    """A ``quantized_conv2d`` whose int8 input provably holds no negative value (after a relu
+    and max-pooling, say) gets ``x_nonnegative``: oneDNN then reads it as uint8."""
+
+    label = "nonnegative_inputs"
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        if op.type != "quantized_conv2d" or op.attrs.get("x_nonnegative") or not nonnegative(op.operands[0]):
+            return False
+        rewriter.set_attr(op, "x_nonnegative", True)
+        return True
+
+
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class Int8Dataflow(PatternPass):
@@ -173,11 +186,13 @@ class Int8Dataflow(PatternPass):
     with ``residual``, fuse residual adds into the convolution before them (see the module
     doc). Exact up to the rescale's float rounding; a fused residual rounds to its int8 grid.
 
-    Statistics: ``requantized`` convolutions and ``residual_fused`` adds.
+    Statistics: ``requantized`` convolutions, ``residual_fused`` adds, and the convolutions
+    marked with ``nonnegative_inputs`` (``x_nonnegative``: their int8 input holds no negative
+    value, which oneDNN then reads as uint8).
     """
 
     name = "int8_dataflow"
     residual: bool = True
 
     def patterns(self) -> list[RewritePattern]:
-        return [_Requantize(), *([_FuseResidual()] if self.residual else [])]
+        return [_Requantize(), *([_FuseResidual()] if self.residual else []), _MarkNonnegative()]

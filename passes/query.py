@@ -20,6 +20,26 @@ def only_reader(v: Value, op: Op) -> bool:
     return len(v.uses) == 1 and v.uses[0][0] is op
 
 
+def nonnegative(v: Value) -> bool:
+    """Whether ``v`` provably holds no negative value: its producer is ``nonnegative`` (a relu,
+    an op whose fused activation is one), or passes a non-negative first operand through
+    ``keeps_sign`` or ``commutes_with_quantize`` ops (quantize, max-pooling, transposes).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: pj.ops.pool2d(pj.ops.relu(x), kernel_size=2) - 1.0, jnp.ones((1, 1, 4, 4)))
+    >>> [(op.type, nonnegative(op.result)) for op in prog.body.ops if op.type in ("relu", "pool2d", "lax.sub")]
+    [('relu', True), ('pool2d', True), ('lax.sub', False)]
+    """
+    while v.producer is not None:
+        op = v.producer
+        if op.has_trait("nonnegative"):
+            return True
+        if not (op.has_trait("keeps_sign") or op.has_trait("commutes_with_quantize")) or not op.operands:
+            return False
+        v = op.operands[0]
+    return False
+
+
 def stored_array(program: Program, v: Value) -> np.ndarray | None:
     """The value of a parameter or named constant, or None for anything computed."""
     op = v.producer

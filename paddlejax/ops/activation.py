@@ -96,10 +96,12 @@ def _prelu(x, weight, *, data_format):
     return jnp.where(x > 0, x, weight.astype(x.dtype) * x)
 
 
-relu = _activation("relu", _relu, Traits(pointwise=True, channels="identity", saved_for_backward=("mask",)))
-relu6 = _activation("relu6", _relu6, Traits(pointwise=True, channels="identity", saved_for_backward=("new", "new")))
+relu = _activation("relu", _relu, Traits(pointwise=True, channels="identity", saved_for_backward=("mask",),
+                                         nonnegative=True))
+relu6 = _activation("relu6", _relu6, Traits(pointwise=True, channels="identity", saved_for_backward=("new", "new"),
+                                            nonnegative=True))
 gelu = _activation("gelu", _gelu, approximate=Attr("bool", False))
-sigmoid = _activation("sigmoid", _sigmoid)
+sigmoid = _activation("sigmoid", _sigmoid, Traits(pointwise=True, channels="identity", nonnegative=True))
 tanh = _activation("tanh", _tanh)
 silu = _activation("silu", _silu)
 leaky_relu = _activation("leaky_relu", _leaky_relu, negative_slope=Attr("float", 0.01))
@@ -121,6 +123,16 @@ _FUSED = {"relu": _relu, "relu6": _relu6, "gelu": lambda x: _gelu(x, approximate
           "tanh": _tanh, "hard_swish": _hard_swish}
 FUSED_ACTIVATIONS = (*_FUSED, "leaky_relu")
 _LEAKY_SLOPE = leaky_relu.attrs["negative_slope"].default
+
+
+def nonnegative_act(attrs: dict) -> bool:
+    """Whether an op's fused activation (its ``act`` attribute) leaves no negative value: its
+    ``nonnegative`` trait.
+
+    >>> nonnegative_act({"act": "relu6"}), nonnegative_act({"act": "gelu"}), nonnegative_act({})
+    (True, False, False)
+    """
+    return attrs.get("act") in ("relu", "relu6", "sigmoid")
 
 
 def fused_activation_attrs() -> dict[str, Attr]:

@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 
 from paddlejax.ops import onednn
-from paddlejax.ops.activation import fused_activation, fused_activation_attrs
+from paddlejax.ops.activation import fused_activation, fused_activation_attrs, nonnegative_act
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.traits import Traits, always, data_format_axis
 from paddlejax.ops.common import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
@@ -418,7 +418,7 @@ def _define_conv(name, doc, variants, ndim=2, traits=None, **extra):
 # The int8 kernels cover 2-D convolutions: those are quantizable, their weight OIHW.
 _CONV2D_TRAITS = dict(amp="white", layout_sensitive=True, weight="weight", weight_out_axis=lambda attrs, rank: 0,
                       channel_axis=data_format_axis, weight_in_axis=lambda attrs, rank: 1,
-                      saved_for_backward=("operands",))
+                      saved_for_backward=("operands",), nonnegative=nonnegative_act)
 
 
 conv2d = _define_conv("conv2d", "2-D convolution (cross-correlation), weight [out_c, in_c/groups, kh, kw].",

@@ -13,7 +13,7 @@ import math
 
 import jax.numpy as jnp
 
-from paddlejax.ops.activation import fused_activation, fused_activation_attrs
+from paddlejax.ops.activation import fused_activation, fused_activation_attrs, nonnegative_act
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
 from paddlejax.ops.traits import Traits, always
 from paddlejax.ops.common import attr_error, input_error
@@ -32,7 +32,8 @@ def _elementwise(name: str, fn, doc: str, **traits):
     kernel.__name__ = name
     return define(name, kernel, inputs=[Input("x"), Input("y")], attrs=fused_activation_attrs(),
                   flops=elementwise_flops,
-                  traits=Traits(pointwise=True, broadcasting=True, channels="identity", **traits))
+                  traits=Traits(pointwise=True, broadcasting=True, channels="identity", nonnegative=nonnegative_act,
+                                **traits))
 
 
 elementwise_add = _elementwise("elementwise_add", jnp.add, "x + y with numpy broadcasting.",

@@ -137,6 +137,7 @@ struct ConvShape {
   bool int8_out = false;                   // ... -> s8 with a runtime dst scale
   bool sum = false;                        // ... + sum_scale * (the s8 residual in dst), before act
   float sum_scale = 0.f;
+  bool x_unsigned = false;                 // s8 src known non-negative: read as u8 (no compensation)
 };
 
 // The convolution's dimensions in oneDNN's order (activations NCHW-indexed whatever their
@@ -172,8 +173,9 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
   auto conv = std::make_unique<Conv>();
   auto f32 = memory::data_type::f32;
   auto in_type = c.int8 ? memory::data_type::s8 : f32;
+  auto src_type = c.x_unsigned ? memory::data_type::u8 : in_type;
   Geometry g(c);
-  conv->src = memory::desc(g.x, in_type, g.act_fmt);
+  conv->src = memory::desc(g.x, src_type, g.act_fmt);
   auto out_type = c.int8_out ? memory::data_type::s8 : f32;
   conv->dst = memory::desc(g.y, out_type, g.act_fmt);
   conv->user_weights = memory::desc(g.w, in_type, g.w_fmt);
@@ -195,7 +197,7 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
     conv->dst_scale = c.int8_out;
   }
   auto any = memory::format_tag::any;
-  auto src_any = c.nhwc ? conv->src : memory::desc(g.x, in_type, any);
+  auto src_any = c.nhwc ? conv->src : memory::desc(g.x, src_type, any);
   // the sum post-op reads the residual where XLA put it: in the plain layout
   auto dst_any = c.nhwc || c.sum ? conv->dst : memory::desc(g.y, out_type, any);
   auto weights_any = memory::desc(g.w, in_type, any);
@@ -227,7 +229,7 @@ std::string ConvKey(const ConvShape& c) {
   std::memcpy(&sum_scale_bits, &c.sum_scale, sizeof sum_scale_bits);
   return Key({c.xd, c.wd, c.yd, c.stride, c.pad_lo, c.pad_hi, c.dilation},
              {c.groups, c.nhwc, c.has_bias, c.act, static_cast<int64_t>(c.alpha * 1e6), c.int8, c.per_channel,
-              c.int8_out, c.sum, sum_scale_bits});
+              c.int8_out, c.sum, sum_scale_bits, c.x_unsigned});
 }
 
 // Run `c` on XLA's buffers; the scales only for int8.
@@ -293,9 +295,10 @@ ffi::Error QuantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, f
                                ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                                ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                                ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
-                               int64_t act, float alpha, int64_t weights_id) {
+                               int64_t act, float alpha, int64_t weights_id, bool x_unsigned) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1};
+  c.x_unsigned = x_unsigned;
   return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data());
 }
@@ -306,9 +309,11 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                                  ffi::Buffer<ffi::F32> out_scale, ffi::ResultBuffer<ffi::S8> y,
                                  ffi::Span<const int64_t> stride, ffi::Span<const int64_t> pad_lo,
                                  ffi::Span<const int64_t> pad_hi, ffi::Span<const int64_t> dilation, int64_t groups,
-                                 bool nhwc, bool has_bias, int64_t act, float alpha, int64_t weights_id) {
+                                 bool nhwc, bool has_bias, int64_t act, float alpha, int64_t weights_id,
+                                 bool x_unsigned) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1, true};
+  c.x_unsigned = x_unsigned;
   return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
                  out_scale.untyped_data());
@@ -322,12 +327,13 @@ ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ff
                               ffi::ResultBuffer<ffi::S8> y, ffi::Span<const int64_t> stride,
                               ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                               ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
-                              int64_t act, float alpha, int64_t weights_id) {
+                              int64_t act, float alpha, int64_t weights_id, bool x_unsigned) {
   if (residual.size_bytes() != y->size_bytes()) {
     return ffi::Error::InvalidArgument("oneDNN quantized_conv2d: the residual's shape is not the output's");
   }
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
-              has_bias, act, alpha, true, w_scale.element_count() > 1, true, true, *residual_scale.typed_data()};
+              has_bias, act, alpha, true, w_scale.element_count() > 1, true, true, *residual_scale.typed_data(),
+              x_unsigned};
   if (y->untyped_data() != residual.untyped_data()) {
     std::memcpy(y->untyped_data(), residual.untyped_data(), residual.size_bytes());
   }
@@ -572,6 +578,10 @@ ffi::Error BatchNormBackwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> 
       .Attr<float>("alpha")                            \
       .Attr<int64_t>("weights_id")
 
+#define INT8_CONV_ATTRS                                \
+  CONV_ATTRS                                           \
+      .Attr<bool>("x_unsigned")
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2d, Conv2dImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()
@@ -588,7 +598,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnQuantizedConv2d, QuantizedConv2dImp
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .CONV_ATTRS);
+                                  .INT8_CONV_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2dImpl,
                               ffi::Ffi::Bind()
@@ -599,7 +609,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
-                                  .CONV_ATTRS);
+                                  .INT8_CONV_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnResidualConv2d, ResidualConv2dImpl,
                               ffi::Ffi::Bind()
@@ -612,7 +622,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnResidualConv2d, ResidualConv2dImpl,
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
-                                  .CONV_ATTRS);
+                                  .INT8_CONV_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2dBackwardData, Conv2dBackwardDataImpl,
                               ffi::Ffi::Bind()

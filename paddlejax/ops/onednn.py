@@ -185,16 +185,16 @@ def _ffi(target, shape, dtype, *operands, aliases=None, **attrs):
     return call(*operands, **attrs)
 
 
-def _call(target, config, *operands, has_bias, weights_id=0, dtype=jnp.float32, aliases=None):
+def _call(target, config, *operands, has_bias, weights_id=0, dtype=jnp.float32, aliases=None, **int8_attrs):
     """The FFI call of ``target`` on ``operands`` (x first, weight second, its content hash
-    ``weights_id`` when frozen) with ``config``'s attributes; the output is ``dtype``, of the
-    convolution's shape (written over the operands ``aliases`` names, as
+    ``weights_id`` when frozen) with ``config``'s attributes and ``int8_attrs``; the output is
+    ``dtype``, of the convolution's shape (written over the operands ``aliases`` names, as
     ``jax.ffi.ffi_call``'s ``input_output_aliases``)."""
     geometry, (act, alpha) = config[:5], config[5:]
     x, w = operands[:2]
     return _ffi(target, _out_shape(geometry, x.shape, w.shape), dtype, *operands, **_attrs(geometry),
                 aliases=aliases, has_bias=bool(has_bias), act=np.int64(_ACTS[act]), alpha=np.float32(alpha),
-                weights_id=np.int64(weights_id))
+                weights_id=np.int64(weights_id), **int8_attrs)
 
 
 def _config(stride, pads, dilation, groups, data_format, act, act_alpha) -> tuple:
@@ -289,14 +289,16 @@ def quantized_conv2d_fits(x_q, w_q, w_scale, data_format: str, act) -> bool:
 
 
 def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation, groups, data_format, act=None,
-                     act_alpha=None, out_scale=None, residual=None, residual_scale=None):
+                     act_alpha=None, out_scale=None, residual=None, residual_scale=None, x_unsigned=False):
     """``act(conv(x_q, w_q) * x_scale * w_scale / 127**2 + bias)`` by oneDNN's int8 convolution
     (int32 accumulation, the rescale, bias and activation fused), the ``quantized_conv2d`` op's
     function with explicit ``pads``; with ``out_scale`` that result requantized to int8
     (``round(y * 127 / out_scale)``, saturated to [-128, 127]). With ``out_scale``, an int8
     ``residual`` of the output's shape (and its ``residual_scale``) is added before the
     activation, in place (oneDNN's ``sum`` post-op, as Paddle Inference fuses residual
-    connections). Callers check :func:`quantized_conv2d_fits`."""
+    connections). ``x_unsigned`` says that ``x_q`` holds no negative value: oneDNN reads it as
+    uint8 (the same bytes), and skips the compensation a signed input needs. Callers check
+    :func:`quantized_conv2d_fits`."""
     if not available():
         raise RuntimeError(f"oneDNN quantized_conv2d: {unavailable_reason()}")
     config = _config(stride, pads, dilation, groups, data_format, act, act_alpha)
@@ -308,16 +310,16 @@ def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation
         if residual is not None:
             raise ValueError("oneDNN quantized_conv2d: a residual is fused into an int8 output only (give out_scale)")
         return _call("paddlejax_onednn_quantized_conv2d", config, x_q, w_q, *scales, bias, has_bias=has_bias,
-                     weights_id=frozen)
+                     weights_id=frozen, x_unsigned=bool(x_unsigned))
     if residual is None:
         return _call("paddlejax_onednn_requantized_conv2d", config, x_q, w_q, *scales, bias, per_tensor(out_scale),
-                     has_bias=has_bias, weights_id=frozen, dtype=jnp.int8)
+                     has_bias=has_bias, weights_id=frozen, x_unsigned=bool(x_unsigned), dtype=jnp.int8)
     if residual.dtype != jnp.int8 or residual_scale is None:
         raise ValueError(f"oneDNN quantized_conv2d: the fused residual is int8 with its residual_scale, got "
                          f"{residual.dtype}" + " without a scale" * (residual_scale is None))
     return _call("paddlejax_onednn_residual_conv2d", config, x_q, w_q, *scales, bias, per_tensor(out_scale),
-                 residual, per_tensor(residual_scale), has_bias=has_bias, weights_id=frozen, dtype=jnp.int8,
-                 aliases={6: 0})
+                 residual, per_tensor(residual_scale), has_bias=has_bias, weights_id=frozen,
+                 x_unsigned=bool(x_unsigned), dtype=jnp.int8, aliases={6: 0})
 
 
 def batch_norm_fits(x, data_format: str) -> bool:

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from paddlejax.ops import onednn
-from paddlejax.ops.activation import fused_activation, fused_activation_attrs
+from paddlejax.ops.activation import fused_activation, fused_activation_attrs, nonnegative_act
 from paddlejax.ops.common import channel_axis, from_channels_last, input_error, norm_axis
 from paddlejax.ops.conv import _add_bias, _check_conv, _conv_flops, _lax_conv, _taps, conv2d
 from paddlejax.ops.math import _matmul_flops, matmul_operands
@@ -346,7 +346,7 @@ def _quantized_conv_kernel(accumulate, doc=None):
     the rescale, bias and the fused activation are common to all."""
 
     def kernel(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, residual=None, residual_scale=None, *,
-               stride, padding, dilation, groups, data_format, act=None, act_alpha=None):
+               stride, padding, dilation, groups, data_format, act=None, act_alpha=None, x_nonnegative=None):
         op = "quantized_conv2d"
         _require_dtype(op, "x_q", x_q, "int8")
         _require_dtype(op, "w_q", w_q, "int8")
@@ -395,9 +395,10 @@ def _requantize(y, out_scale):
 
 def _onednn_quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, out_scale=None, residual=None,
                              residual_scale=None, *, stride, padding, dilation, groups, data_format, act=None,
-                             act_alpha=None):
+                             act_alpha=None, x_nonnegative=None):
     """quantized_conv2d by oneDNN's int8 convolution (:mod:`paddlejax.ops.onednn`: the rescale,
-    bias, an int8 residual, activation and requantize fused); where oneDNN is unavailable or
+    bias, an int8 residual, activation and requantize fused; a non-negative ``x_q`` read as
+    uint8, which spares oneDNN the signed input's compensation); where oneDNN is unavailable or
     does not fit, the reference."""
     attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, data_format=data_format,
                  act=act, act_alpha=act_alpha)
@@ -412,9 +413,10 @@ def _onednn_quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, out_scale=No
     # two agree, otherwise the requantize runs after the float result
     if out_scale is not None and act == "relu" and (residual is None or residual.dtype == jnp.int8):
         return onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale=out_scale, residual=residual,
-                                       residual_scale=residual_scale, **attrs)
+                                       residual_scale=residual_scale, x_unsigned=x_nonnegative, **attrs)
     fused_act = act if residual is None else None
-    y = onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, **{**attrs, "act": fused_act})
+    y = onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, x_unsigned=x_nonnegative,
+                                **{**attrs, "act": fused_act})
     if residual is not None:
         y = fused_activation(_add_residual(y, residual, residual_scale), act, act_alpha)
     return _requantize(y, out_scale)
@@ -569,7 +571,9 @@ _ANY_RANK = tuple(range(1, 9))
 _PER_AXIS = Traits(channels="identity")
 # a quantizer with one scale for the tensor maps each element alone: transposes (a layout
 # change) move through it; one scaling along an axis would have to move that axis too
-_QUANTIZER = Traits(channels="identity", pointwise=lambda attrs: attrs.get("axis") is None)
+_QUANTIZER = Traits(channels="identity", pointwise=lambda attrs: attrs.get("axis") is None, keeps_sign=True)
+# an asymmetric quantize shifts zero to its zero point: a non-negative input may give negative codes
+_SHIFTING_QUANTIZER = Traits(channels="identity", pointwise=True)
 _SCALE_RANK = (0, 1)
 
 fake_quantize = define("fake_quantize", _fake_quantize,
@@ -589,7 +593,7 @@ moving_average_abs_max = define(
 quantize_asym = define("quantize_asym", _quantize_asym,
                        inputs=[Input("x", dtype="float"), Input("min", rank=0, dtype="float"),
                                Input("max", rank=0, dtype="float")],
-                       attrs={"bits": _bits_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
+                       attrs={"bits": _bits_attr()}, flops=elementwise_flops, traits=_SHIFTING_QUANTIZER)
 quantize = define("quantize", _quantize,
                   inputs=[Input("x", dtype="float"), Input("scale", rank=_SCALE_RANK, dtype="float")],
                   attrs={"bits": _bits_attr(), "axis": _axis_attr()}, flops=elementwise_flops, traits=_QUANTIZER)
@@ -619,7 +623,10 @@ quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                                   Input("out_scale", rank=0, dtype="float", optional=True),
                                   Input("residual", rank=4, optional=True, image=True),
                                   Input("residual_scale", rank=0, dtype="float", optional=True)],
-                          attrs=dict(conv2d.attrs), flops=_conv_flops,
+                          attrs={**conv2d.attrs, "x_nonnegative": Attr(
+                              "bool", None, optional=True, doc="x_q holds no negative value (the int8_dataflow pass "
+                                                               "proves it): a kernel may read it as unsigned")},
+                          flops=_conv_flops,
                           variants={"int8_taps": _quantized_conv_kernel(_int8_taps),
                                     "int8_im2col": _quantized_conv_kernel(_int8_im2col),
                                     **{f"bf16_{name}": _quantized_conv_kernel(
@@ -628,7 +635,8 @@ quantized_conv2d = define("quantized_conv2d", _quantized_conv2d,
                                                                 ("im2col", _int8_im2col))},
                                     "onednn": _onednn_quantized_conv2d},
                           requires={"onednn": onednn.available},
-                          traits=Traits(layout_sensitive=True, channels=conv2d.traits.channels))
+                          traits=Traits(layout_sensitive=True, channels=conv2d.traits.channels,
+                                        nonnegative=nonnegative_act))
 weight_only_linear = define("weight_only_linear", _weight_only_linear,
                             inputs=[Input("x", rank=_ANY_RANK, dtype="float"), Input("w_q", rank=2),
                                     Input("w_scale", rank=_SCALE_RANK, dtype="float"),

@@ -67,6 +67,11 @@ class Traits:
       (transposes, reshapes, max-pooling; a bool or a function of the attributes), so any
       non-decreasing elementwise map commutes with it. The ``int8_dataflow`` pass moves such
       ops after a convolution's requantize;
+    - ``nonnegative``: its result has no negative element, whatever its operands (relu,
+      relu6, sigmoid; for an op with a fused activation, a function of its ``act``:
+      :func:`paddlejax.ops.activation.nonnegative_act`);
+    - ``keeps_sign``: a non-decreasing elementwise map of its first operand that keeps zero
+      (quantize, dequantize): a non-negative operand gives a non-negative result;
     - ``amp``: the op's class in Paddle's mixed-precision lists (:data:`AMP_CLASSES`);
     - ``weight``: the input holding a quantizable weight (None: not quantizable) and
       ``weight_out_axis`` that weight's output-channel axis (a function of the attributes, or
@@ -95,6 +100,8 @@ class Traits:
     reshaping: bool = False
     batch_coupled: bool | Callable[[dict], bool] = False
     commutes_with_quantize: bool | Callable[[dict], bool] = False
+    nonnegative: bool | Callable[[dict], bool] = False
+    keeps_sign: bool = False
     amp: str = "gray"
     weight: str | None = None
     weight_out_axis: Callable[[dict, int], int | None] | None = None
@@ -149,7 +156,7 @@ def data_format_axis(attrs: dict, rank: int) -> int:
 
 
 _FLAGS = ("pure", "pointwise", "broadcasting", "commutative", "reduction", "layout_sensitive", "reshaping",
-          "batch_coupled", "commutes_with_quantize")
+          "batch_coupled", "commutes_with_quantize", "nonnegative", "keeps_sign")
 
 OPAQUE = Traits(pure=False)
 """Traits of an op type nobody declared: impure (kept by DCE and CSE), nothing else."""

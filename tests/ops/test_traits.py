@@ -321,3 +321,44 @@ def test_declared_lax_ops_commute_with_per_tensor_quantize(name):
          "squeeze": lambda a: jax.lax.squeeze(a[None], (0,)),
          "broadcast_in_dim": lambda a: jax.lax.broadcast_in_dim(a, (4, 2, 3), (1, 2))}[name]
     np.testing.assert_array_equal(f(quantize(x, np.float32(2.0))), quantize(f(x), np.float32(2.0)))
+
+
+# ops declaring `nonnegative` unconditionally, and those whose fused `act` decides it
+_NONNEGATIVE = {"relu", "relu6", "sigmoid"}
+
+
+def test_ops_declared_nonnegative_are_the_activations_checked_and_fused_ones_follow_act():
+    declared = {n for n, o in registry.all_ops().items() if o.traits.nonnegative is True}
+    assert declared == _NONNEGATIVE
+    conv = registry.get("quantized_conv2d")
+    assert conv.traits.has("nonnegative", {"act": "relu"}) and not conv.traits.has("nonnegative", {"act": "gelu"})
+    assert registry.get("elementwise_add").traits.has("nonnegative", {"act": "relu6"})
+    assert not registry.get("elementwise_add").traits.has("nonnegative", {})
+
+
+@pytest.mark.parametrize("name", sorted(_NONNEGATIVE))
+def test_declared_nonnegative_ops_give_no_negative_value(name):
+    x = np.random.default_rng(0).normal(size=(64,)).astype(np.float32) * 10
+    assert np.asarray(registry.get(name)(x)).min() >= 0
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6", "sigmoid"])
+def test_a_fused_activation_declared_nonnegative_gives_no_negative_value(act):
+    x = np.random.default_rng(1).normal(size=(2, 3, 5, 5)).astype(np.float32)
+    w = np.random.default_rng(2).normal(size=(4, 3, 3, 3)).astype(np.float32)
+    assert registry.get("conv2d").traits.has("nonnegative", {"act": act})
+    assert np.asarray(registry.get("conv2d")(x, w, act=act)).min() >= 0
+
+
+def test_ops_that_keep_the_sign_are_the_quantizers_and_map_nonnegative_to_nonnegative():
+    from paddlejax.ops.quant import dequantize, fake_quantize, quantize, quantize_asym
+
+    declared = sorted(n for n, o in registry.all_ops().items() if o.traits.keeps_sign)
+    assert declared == ["dequantize", "fake_quantize", "fake_quantize_asym", "quantize"]
+    assert np.asarray(quantize_asym(np.zeros(2, np.float32), np.float32(-1.0), np.float32(2.0))).min() < 0  # why not
+
+    x = np.abs(np.random.default_rng(3).normal(size=(100,)).astype(np.float32))
+    x[:5] = 0.0
+    s = np.float32(1.3)
+    for y in (quantize(x, s), dequantize(quantize(x, s), s), fake_quantize(x, s)):
+        assert np.asarray(y).min() >= 0

@@ -5,6 +5,7 @@ import pytest
 
 import paddlejax as pj
 from paddlejax.inference import Config, Predictor
+from paddlejax.ops import onednn
 
 rng = np.random.default_rng(0)
 
@@ -153,7 +154,7 @@ def test_an_identity_residual_add_fuses_into_the_convolution_before_it():
     fused = pj.passes.run(pj.passes.run(int8, "canonicalize,fuse_bias_act,fuse_elementwise_act"), "dce")
     manager = pj.passes.PassManager("int8_dataflow,dce")
     flowed = manager.run(fused)
-    assert manager.records[0].stats == {"requantized": 3, "residual_fused": 1}
+    assert manager.records[0].stats == {"requantized": 3, "residual_fused": 1, "nonnegative_inputs": 6}
     assert kinds(flowed) == [("quantize", "int8"), ("quantized_conv2d", "int8"), ("quantized_conv2d", "int8"),
                              ("quantized_conv2d", "int8"),   # a2, with the shortcut: int8 out
                              ("quantized_conv2d", "int8"), ("quantized_conv2d", "float32"),
@@ -218,3 +219,34 @@ def test_a_fused_residual_survives_layout_conversion_and_serves_through_the_pred
     predictor = Predictor(int8, Config(max_batch_size=2, batch_buckets=(2,), progress=False))
     assert any(op.input("residual") is not None for op in predictor.program.walk() if op.type == "quantized_conv2d")
     np.testing.assert_allclose(predictor(x), flowed(x), atol=0.02 * np.abs(flowed(x)).max())
+
+
+def test_convolutions_reading_what_a_relu_left_are_marked_nonnegative():
+    """After a relu (fused into the convolution before, or through max-pooling) the int8 input
+    has no negative value, and oneDNN may read it as uint8; the first convolution's input, and
+    one after a convolution without an activation, may be negative."""
+    model = pj.nn.Sequential(pj.nn.Conv2D(3, 8, 3, padding=1), pj.nn.ReLU(), pj.nn.MaxPool2D(2),
+                             pj.nn.Conv2D(8, 8, 3, padding=1), pj.nn.Conv2D(8, 4, 3, padding=1))
+    _, int8 = quantized(model, (4, 3, 8, 8))
+    manager = pj.passes.PassManager("fuse_bias_act,int8_dataflow")
+    flowed = manager.run(int8)
+    marks = [op.attrs.get("x_nonnegative", False) for op in flowed.walk() if op.type == "quantized_conv2d"]
+    assert marks == [False, True, False] and manager.records[-1].stats["nonnegative_inputs"] == 1
+    assert "x_nonnegative=True" in str(flowed) and str(pj.parse(str(flowed))) == str(flowed)
+    x = calib((2, 3, 8, 8), 1)[0]
+    np.testing.assert_allclose(flowed(x), int8(x), rtol=1e-5, atol=1e-5)  # a kernel hint: the same values
+
+
+@pytest.mark.skipif(not onednn.available(), reason="oneDNN kernels")
+def test_onednn_reads_a_nonnegative_input_as_unsigned_with_the_same_result():
+    from paddlejax.ops.quant import quantized_conv2d
+
+    x_q = np.abs(rng.integers(-127, 128, (2, 6, 6, 8))).astype(np.int8)  # 0..127: the same bytes as uint8
+    w_q = rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    scales = (np.float32(3.0), rng.uniform(0.5, 2, 16).astype(np.float32), rng.normal(size=16).astype(np.float32))
+    kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, data_format="NHWC", act="relu")
+    want = quantized_conv2d.kernel(x_q, w_q, *scales, **kw)
+    for out_scale in ((), (np.float32(np.asarray(want).max()),)):
+        ref = quantized_conv2d.kernel(x_q, w_q, *scales, *out_scale, **kw)
+        got = quantized_conv2d.variants["onednn"](x_q, w_q, *scales, *out_scale, x_nonnegative=True, **kw)
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32), rtol=1e-5, atol=1e-3)
