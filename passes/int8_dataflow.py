@@ -6,8 +6,8 @@ keeps the tensor int8 between them (int8 conv -> fused requantize -> int8 poolin
 This pass does the same: when the only path from a ``quantized_conv2d`` to a per-tensor
 ``quantize`` runs through ops that commute with quantization (the ``commutes_with_quantize``
 trait: transposes, reshapes, max-pooling), the convolution takes the quantize's scale as its
-``out_scale`` input and returns int8, those ops run on int8, and the quantize goes. Residual
-adds, concatenations of different scales and average pooling stay float.
+``out_scale`` input and returns int8, those ops run on int8, and the quantize goes.
+Concatenations of different scales and average pooling stay float.
 
 Residual connections (option ``residual``, on by default, as in Paddle Inference's int8 ResNets):
 ``quantize(act(quantized_conv2d(...) + x), s)``, where ``x`` is also quantized for another
@@ -17,12 +17,17 @@ returns int8; oneDNN adds it in place (a ``sum`` post-op). Other readers of the 
 dequantized int8 value. A residual that no quantize reads (a projection shortcut's float
 output) stays a float add.
 
+A convolution whose int8 input provably holds no negative value (after a relu, through
+max-pooling and quantizers: :func:`paddlejax.passes.query.nonnegative`) is marked
+``x_nonnegative``: oneDNN reads that input as uint8 (the same bytes), as Paddle Inference's u8
+dataflow does.
+
 Tolerance: the requantize rounds the same float value the quantize rounded, and the ops between
 select elements, so the result is exact up to the float rounding of the convolution's rescale
 (a tie at a half step may round to the other neighbour: one int8 level, rarely). A fused
-residual adds ``x`` rounded to its int8 grid (at most half a step of its scale per element), and
-the readers of a fused sum see it rounded to the output's grid: the same rounding the next
-convolution's input already had.
+residual adds ``x`` rounded and clipped to its int8 grid (half a step of its scale per element,
+more where the calibrated range clips an outlier), and the readers of a fused sum see it
+rounded to the output's grid: the rounding the next convolution's input already had.
 
 >>> import numpy as np, paddlejax as pj
 >>> model = pj.nn.Sequential(pj.nn.Conv2D(3, 8, 3, padding=1), pj.nn.ReLU(), pj.nn.MaxPool2D(2),
