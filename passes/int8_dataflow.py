@@ -11,11 +11,11 @@ Concatenations of different scales and average pooling stay float.
 
 Residual connections (option ``residual``, on by default, as in Paddle Inference's int8 ResNets):
 ``quantize(act(quantized_conv2d(...) + x), s)``, where ``x`` is also quantized for another
-convolution (or is itself a dequantized int8 tensor), becomes one ``quantized_conv2d`` that adds
-the int8 ``x`` (its ``residual`` input, with that quantize's scale) before the activation and
-returns int8; oneDNN adds it in place (a ``sum`` post-op). Other readers of the sum read its
-dequantized int8 value. A residual that no quantize reads (a projection shortcut's float
-output) stays a float add.
+convolution, is itself a dequantized int8 tensor, or is fake-quantized (a projection shortcut's
+output, calibrated by ``quant_post``: ``insert_fake_quant``'s ``shortcuts``), becomes one
+``quantized_conv2d`` that adds the int8 ``x`` (its ``residual`` input, with that scale) before
+the activation and returns int8; oneDNN adds it in place (a ``sum`` post-op). Other readers of
+the sum read its dequantized int8 value. A shortcut with no scale stays a float add.
 
 A convolution whose int8 input provably holds no negative value (after a relu, through
 max-pooling and quantizers: :func:`paddlejax.passes.query.nonnegative`) is marked
@@ -106,7 +106,7 @@ class _FuseResidual(RewritePattern):
             if (conv is not None and conv.type == "quantized_conv2d" and conv_value is not x
                     and only_reader(conv_value, add) and conv.input("out_scale") is None
                     and conv.attrs.get("act") is None and _available_at(scale, add)):
-                residual = _as_int8(x, add)
+                residual = _as_int8(x, add, rewriter)
                 if residual is not None:
                     break
         else:
@@ -121,6 +121,8 @@ class _FuseResidual(RewritePattern):
             rewriter.replace_all_uses_with(add.result, back.result)
         rewriter.erase_op(add)
         rewriter.erase_op(conv)
+        if not x.uses and x.producer is not None and x.producer.has_trait("pure"):
+            rewriter.erase_op(x.producer)  # the shortcut's fake quantize, say: its readers now read int8
         return True
 
 
@@ -129,12 +131,18 @@ def _per_tensor_int8(op: Op, kind: str) -> bool:
         and op.operands[1].type.shape == ()
 
 
-def _as_int8(x: Value, at: Op) -> tuple[Value, Value] | None:
+def _as_int8(x: Value, at: Op, rewriter: Rewriter) -> tuple[Value, Value] | None:
     """``(x_q, scale)`` of ``x`` in int8, available at ``at``: the tensor ``x`` was dequantized
-    from, or a per-tensor quantize of ``x`` placed before ``at``."""
+    from, the quantize of a fake-quantized ``x`` (a calibrated shortcut), or a per-tensor
+    quantize of ``x`` placed before ``at``."""
     if x.producer is not None and _per_tensor_int8(x.producer, "dequantize") \
             and x.producer.operands[0].type.dtype == "int8":
         return x.producer.operands[0], x.producer.operands[1]
+    if x.producer is not None and _per_tensor_int8(x.producer, "fake_quantize"):
+        v, scale = x.producer.operands
+        quantize = rewriter.insert_before(x.producer, Op("quantize", [v, scale], [_int8(v.type)],
+                                                         {"bits": 8, "axis": None}, loc=x.producer.loc))
+        return quantize.result, scale
     for reader in x.users:
         if _per_tensor_int8(reader, "quantize") and _available_at(reader.result, at) \
                 and _available_at(reader.operands[1], at):

@@ -45,7 +45,7 @@ from paddlejax.ops.quant import abs_max, asym_grid, pack_int4, qmax, quantize
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.ops import registry
 from paddlejax.passes.options import op_types
-from paddlejax.passes.query import param_name, stored_array, weight_of, weighted
+from paddlejax.passes.query import only_reader, param_name, stored_array, weight_of, weighted
 
 # The ops whose traits name a quantizable weight: conv2d, depthwise_conv2d, linear, matmul.
 QUANTIZABLE = tuple(name for name, opdef in registry.all_ops().items() if opdef.traits.weight is not None)
@@ -78,9 +78,13 @@ class InsertFakeQuant(Pass):
     ``act_symmetric=false`` quantizes activations asymmetrically, with a calibrated range
     (``<op name>.input_min`` / ``.input_max``; the ``min_max`` observer). An activation read
     by several of the ops has one scale, named after the first. Ops already fake-quantized
-    are left alone, so running the pass twice changes nothing.
+    are left alone, so running the pass twice changes nothing. With ``shortcuts`` (and 8-bit
+    symmetric activations), a residual add of two quantized ops' outputs (a block's last
+    convolution and its projection shortcut) also fake-quantizes the smaller op's output
+    (``<weight>.output_scale``, Paddle's output threshold): the ``int8_dataflow`` pass then adds
+    that shortcut to the other convolution in int8.
 
-    Statistics: ``ops`` quantized, ``weights`` and ``activations`` fake-quantized.
+    Statistics: ``ops`` quantized, ``weights`` and ``activations`` fake-quantized, ``shortcuts``.
     """
 
     name = "insert_fake_quant"
@@ -90,6 +94,7 @@ class InsertFakeQuant(Pass):
     act_bits: int = 8
     channel_wise: bool = True
     act_symmetric: bool = True
+    shortcuts: bool = True
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         types = op_types(self.ops, QUANTIZABLE, "insert_fake_quant: cannot quantize")
@@ -135,7 +140,29 @@ class InsertFakeQuant(Pass):
                         stats["activations"] += 1
                     changed = True
             stats["ops"] += changed
+        if self.shortcuts and self.act_bits == 8 and self.act_symmetric:
+            stats["shortcuts"] = self._fake_quantize_shortcuts(rewriter, ctx)
         return PassResult(rewriter.changed, stats)
+
+    def _fake_quantize_shortcuts(self, rewriter: Rewriter, ctx: PassContext) -> int:
+        """Fake-quantize the smaller summand of each add of two fake-quantized ops' outputs read
+        only by it; returns how many."""
+        def quantized_output(v: Value, add: Op) -> bool:
+            op = v.producer
+            return (op is not None and op.type in QUANTIZABLE and weight_of(op) is not None
+                    and is_fake_quantized(op.operands[0]) and is_fake_quantized(weight_of(op))
+                    and only_reader(v, add) and v.type == add.result.type)
+
+        count = 0
+        for add in [op for op in rewriter.program.walk() if op.canonical[0] == "elementwise_add"]:
+            if len(add.operands) != 2 or not all(quantized_output(v, add) for v in add.operands):
+                continue
+            index = min((0, 1), key=lambda i: np.prod(weight_of(add.operands[i].producer).type.shape))
+            weight = param_name(weight_of(add.operands[index].producer).producer.operands[0])
+            scale = self._activation_scale(rewriter, add, index, f"{weight}.output_scale", ctx)
+            self._fake_quantize(rewriter, add, index, scale, 8, None)
+            count += 1
+        return count
 
     def _weight_scale(self, rewriter: Rewriter, op: Op, name: str, axis: int | None) -> Value:
         """The weight's absolute maximum (per channel along ``axis``), stored as parameter ``name``."""

@@ -138,6 +138,8 @@ struct ConvShape {
   bool sum = false;                        // ... + sum_scale * (the s8 residual in dst), before act
   float sum_scale = 0.f;
   bool x_unsigned = false;                 // s8 src known non-negative: read as u8 (no compensation)
+  float clip = 0.f;                        // int8_out: the result clipped to [-clip, clip] before the
+                                           // dst scale, so that it saturates at -127 as the reference
 };
 
 // The convolution's dimensions in oneDNN's order (activations NCHW-indexed whatever their
@@ -183,6 +185,7 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
   dnnl::post_ops ops;
   if (c.sum) ops.append_sum(c.sum_scale);
   if (!AppendActivation(ops, c.act, c.alpha)) return nullptr;
+  if (c.clip > 0.f) ops.append_eltwise(algorithm::eltwise_clip, -c.clip, c.clip);
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   // each primitive its own scratchpad, used under its lock: oneDNN's shared one is not safe
@@ -225,11 +228,12 @@ Conv* GetConv(const std::string& key, const ConvShape& c) {
 }
 
 std::string ConvKey(const ConvShape& c) {
-  int32_t sum_scale_bits;  // a primitive attribute: each scale its own primitive
+  int32_t sum_scale_bits, clip_bits;  // primitive attributes: each value its own primitive
   std::memcpy(&sum_scale_bits, &c.sum_scale, sizeof sum_scale_bits);
+  std::memcpy(&clip_bits, &c.clip, sizeof clip_bits);
   return Key({c.xd, c.wd, c.yd, c.stride, c.pad_lo, c.pad_hi, c.dilation},
              {c.groups, c.nhwc, c.has_bias, c.act, static_cast<int64_t>(c.alpha * 1e6), c.int8, c.per_channel,
-              c.int8_out, c.sum, sum_scale_bits, c.x_unsigned});
+              c.int8_out, c.sum, sum_scale_bits, c.x_unsigned, clip_bits});
 }
 
 // Run `c` on XLA's buffers; the scales only for int8.
@@ -314,6 +318,7 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1, true};
   c.x_unsigned = x_unsigned;
+  c.clip = 127.f * *out_scale.typed_data();
   return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
                  out_scale.untyped_data());
@@ -333,7 +338,7 @@ ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ff
   }
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1, true, true, *residual_scale.typed_data(),
-              x_unsigned};
+              x_unsigned, 127.f * *out_scale.typed_data()};
   if (y->untyped_data() != residual.untyped_data()) {
     std::memcpy(y->untyped_data(), residual.untyped_data(), residual.size_bytes());
   }

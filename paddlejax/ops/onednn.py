@@ -293,7 +293,7 @@ def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation
     """``act(conv(x_q, w_q) * x_scale * w_scale / 127**2 + bias)`` by oneDNN's int8 convolution
     (int32 accumulation, the rescale, bias and activation fused), the ``quantized_conv2d`` op's
     function with explicit ``pads``; with ``out_scale`` that result requantized to int8
-    (``round(y * 127 / out_scale)``, saturated to [-128, 127]). With ``out_scale``, an int8
+    (``round(y * 127 / out_scale)``, clipped to [-127, 127] as the reference clips). With ``out_scale``, an int8
     ``residual`` of the output's shape (and its ``residual_scale``) is added before the
     activation, in place (oneDNN's ``sum`` post-op, as Paddle Inference fuses residual
     connections). ``x_unsigned`` says that ``x_q`` holds no negative value: oneDNN reads it as

@@ -409,9 +409,7 @@ def _onednn_quantized_conv2d(x_q, w_q, x_scale, w_scale, bias=None, out_scale=No
     pads, dil, _ = _check_conv("quantized_conv2d", x_q, w_q, bias, stride, padding, dilation, groups, data_format)
     attrs.update(pads=pads, dilation=dil)
     del attrs["padding"]
-    # oneDNN saturates to [-128, 127] and the reference clips to [-127, 127]: after a relu the
-    # two agree, otherwise the requantize runs after the float result
-    if out_scale is not None and act == "relu" and (residual is None or residual.dtype == jnp.int8):
+    if out_scale is not None and (residual is None or residual.dtype == jnp.int8):
         return onednn.quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, out_scale=out_scale, residual=residual,
                                        residual_scale=residual_scale, x_unsigned=x_nonnegative, **attrs)
     fused_act = act if residual is None else None

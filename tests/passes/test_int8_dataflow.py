@@ -148,21 +148,25 @@ def grid(v, scale):
     return np.clip(np.round(v * 127 / scale), -127, 127)
 
 
-def test_an_identity_residual_add_fuses_into_the_convolution_before_it():
+def test_residual_adds_fuse_into_the_convolution_before_them():
+    """The identity shortcut is the stem's int8 output; the projection shortcut's output was
+    calibrated by quant_post (its fake quantize), so its convolution returns int8 too."""
     pj.nn.seed(0)
     _, int8 = quantized(Residual(), (4, 3, 8, 8))
     fused = pj.passes.run(pj.passes.run(int8, "canonicalize,fuse_bias_act,fuse_elementwise_act"), "dce")
     manager = pj.passes.PassManager("int8_dataflow,dce")
     flowed = manager.run(fused)
-    assert manager.records[0].stats == {"requantized": 3, "residual_fused": 1, "nonnegative_inputs": 6}
+    assert manager.records[0].stats == {"requantized": 4, "residual_fused": 2, "nonnegative_inputs": 6}
     assert kinds(flowed) == [("quantize", "int8"), ("quantized_conv2d", "int8"), ("quantized_conv2d", "int8"),
-                             ("quantized_conv2d", "int8"),   # a2, with the shortcut: int8 out
-                             ("quantized_conv2d", "int8"), ("quantized_conv2d", "float32"),
-                             ("quantized_conv2d", "float32"),  # b2 and the projection: a float add
-                             ("elementwise_add", "float32"), ("quantize", "int8"), ("quantized_conv2d", "float32")]
-    stem, a1, a2 = [op for op in flowed.walk() if op.type == "quantized_conv2d"][:3]
+                             ("quantized_conv2d", "int8"),   # a2, with the identity shortcut
+                             ("quantized_conv2d", "int8"),   # b1
+                             ("quantized_conv2d", "int8"),   # the projection, requantized
+                             ("quantized_conv2d", "int8"),   # b2, with the projection's int8 output
+                             ("quantized_conv2d", "float32")]
+    stem, a1, a2, b1, project, b2, _ = [op for op in flowed.walk() if op.type == "quantized_conv2d"]
     assert a2.input("residual") is stem.result and a2.input("residual_scale") is stem.input("out_scale")
-    assert a2.attrs["act"] == "relu" and a1.result.type.dtype == "int8"
+    assert b2.input("residual") is project.result and b2.input("residual_scale") is project.input("out_scale")
+    assert a2.attrs["act"] == b2.attrs["act"] == "relu" and project.attrs.get("act") is None
     # the block's int8 output is the sum with the shortcut rounded and clipped to its int8 grid
     # (as the next convolution's input already was), one level apart at most
     x = calib((6, 3, 8, 8), 1)[0]
@@ -180,6 +184,21 @@ def test_an_identity_residual_add_fuses_into_the_convolution_before_it():
     assert (got != unfused).mean() < 0.2  # rounding the shortcut moves few of the sum's levels
     np.testing.assert_allclose(flowed(x), fused(x), atol=0.05 * np.abs(fused(x)).max())
     assert str(pj.passes.run(flowed, "int8_dataflow")) == str(flowed)  # a fixpoint
+
+
+def test_a_projection_shortcut_left_uncalibrated_stays_a_float_add():
+    pj.nn.seed(0)
+    model = Residual()
+    model.eval()
+    prog = pj.passes.run(pj.to_static(model, pj.InputSpec((None, 3, 8, 8))), "fold_conv_bn,dce")
+    fake = pj.passes.run(prog, "insert_fake_quant{shortcuts=false}")
+    pj.slim.quant.calibrate(fake, calib((4, 3, 8, 8)), progress=False)
+    flowed = pj.passes.run(pj.slim.quant.convert(fake),
+                           "canonicalize,fuse_bias_act,fuse_elementwise_act,int8_dataflow,dce")
+    fused = [op for op in flowed.walk() if op.type == "quantized_conv2d" and op.input("residual") is not None]
+    assert len(fused) == 1 and [op.type for op in flowed.walk()].count("elementwise_add") == 1
+    with_shortcuts = pj.passes.run(prog, "insert_fake_quant")
+    assert [p for p in with_shortcuts.params if p.endswith("output_scale")] == ["project.weight.output_scale"]
 
 
 def test_the_other_readers_of_a_fused_sum_read_its_int8_value():

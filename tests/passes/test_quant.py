@@ -264,3 +264,40 @@ def test_asymmetric_activations_need_the_min_max_observer_and_post_training():
     int8 = pj.slim.quant_post(prog, [np.ones((2, 3, 6, 6), np.float32)], algo="min_max", act_symmetric=False,
                               progress=False)
     assert sum(op.type == "quantize_asym" for op in int8.walk()) == 3
+
+
+def residual_net(p, x):
+    """A projection block: a 3x3 convolution plus a strided 1x1 projection of the same input."""
+    h = pj.ops.relu(pj.ops.conv2d(x, p["stem.w"], padding=1))
+    main = pj.ops.conv2d(h, p["main.w"], stride=2, padding=1)
+    return pj.ops.relu(main + pj.ops.conv2d(h, p["project.w"], stride=2))
+
+
+def residual_params():
+    rng = np.random.default_rng(2)
+    return {"stem.w": rng.normal(size=(4, 3, 3, 3)).astype(np.float32),
+            "main.w": rng.normal(size=(6, 4, 3, 3)).astype(np.float32),
+            "project.w": rng.normal(size=(6, 4, 1, 1)).astype(np.float32)}
+
+
+def test_a_projection_shortcut_gets_an_output_scale():
+    prog = pj.trace(residual_net, pj.InputSpec((None, 3, 4, 4)), params=residual_params())
+    manager = pj.passes.PassManager("insert_fake_quant")
+    fake = manager.run(prog)
+    assert manager.records[0].stats == {"ops": 3, "weights": 3, "activations": 2, "shortcuts": 1}
+    add = next(op for op in fake.walk() if op.canonical[0] == "elementwise_add")
+    main, short = (v.producer for v in add.operands)
+    assert main.type == "conv2d" and short.type == "fake_quantize"  # the smaller weight's output
+    assert short.operands[1].producer.attrs["name"] == "project.w.output_scale"
+    for options in ("shortcuts=false", "act_bits=0"):  # asked not to, or activations left float
+        off = pj.passes.PassManager(f"insert_fake_quant{{{options}}}")
+        off.run(prog)
+        assert "shortcuts" not in off.records[0].stats
+
+
+def test_quant_aware_training_updates_the_shortcut_scale():
+    train = pj.trace(lambda p, x: (residual_net(p, x), {}), pj.InputSpec((None, 3, 4, 4)), params=residual_params())
+    qat = pj.passes.run(train, "quant_aware", training=True)
+    _, updates = qat(inputs())
+    assert {"project.w.output_scale", "project.w.output_state"} <= set(updates)
+    assert float(updates["project.w.output_scale"]) > 0
