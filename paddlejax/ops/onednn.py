@@ -2,7 +2,8 @@
 
 XLA's CPU convolutions run below the oneDNN kernels Paddle Inference and PyTorch call; this
 module offers oneDNN's to the autotuner as more kernel variants (``conv2d`` / ``depthwise_conv2d``
-variant ``"onednn"``: float32, bias and activation fused into the convolution). The handlers live
+variant ``"onednn"``: float32, bias and activation fused into the convolution; ``quantized_conv2d``
+variant ``"onednn"``: int8, with the requantize and an int8 residual fused too). The handlers live
 in a small C++ extension (``paddlejax/ops/onednn.cc``) built at install time against the
 ``onednn-cpu-gomp`` wheel; where it is missing or fails to load, :func:`available` is False, the
 tuner skips the variant, and a program that names it runs XLA's convolution instead.
@@ -293,10 +294,10 @@ def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation
     """``act(conv(x_q, w_q) * x_scale * w_scale / 127**2 + bias)`` by oneDNN's int8 convolution
     (int32 accumulation, the rescale, bias and activation fused), the ``quantized_conv2d`` op's
     function with explicit ``pads``; with ``out_scale`` that result requantized to int8
-    (``round(y * 127 / out_scale)``, clipped to [-127, 127] as the reference clips). With ``out_scale``, an int8
-    ``residual`` of the output's shape (and its ``residual_scale``) is added before the
-    activation, in place (oneDNN's ``sum`` post-op, as Paddle Inference fuses residual
-    connections). ``x_unsigned`` says that ``x_q`` holds no negative value: oneDNN reads it as
+    (``round(y * 127 / out_scale)``, clipped to [-127, 127] as the reference clips). With
+    ``out_scale``, an int8 ``residual`` of the output's shape (and its ``residual_scale``) is
+    added before the activation, in place (oneDNN's ``sum`` post-op, as Paddle Inference fuses
+    residual connections). ``x_unsigned`` says that ``x_q`` holds no negative value: oneDNN reads it as
     uint8 (the same bytes), and skips the compensation a signed input needs. Callers check
     :func:`quantized_conv2d_fits`."""
     if not available():
