@@ -307,7 +307,19 @@ ffi::Error QuantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, f
                  b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data());
 }
 
-// int8 dataflow: the same, requantized to int8 by out_scale (already divided by 127)
+// int8 dataflow: the same, requantized to int8 by out_scale (already divided by 127) and clipped
+// to [-127, 127] as the reference clips (oneDNN alone would saturate at -128); `c` says the rest
+ffi::Error RunRequantized(ConvShape c, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
+                          ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> out_scale,
+                          ffi::ResultBuffer<ffi::S8>& y, int64_t weights_id) {
+  c.int8 = c.int8_out = true;
+  c.per_channel = w_scale.element_count() > 1;
+  c.clip = 127.f * *out_scale.typed_data();
+  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
+                 b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
+                 out_scale.untyped_data());
+}
+
 ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
                                  ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
                                  ffi::Buffer<ffi::F32> out_scale, ffi::ResultBuffer<ffi::S8> y,
@@ -316,12 +328,9 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                                  bool nhwc, bool has_bias, int64_t act, float alpha, int64_t weights_id,
                                  bool x_unsigned) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
-              has_bias, act, alpha, true, w_scale.element_count() > 1, true};
+              has_bias, act, alpha};
   c.x_unsigned = x_unsigned;
-  c.clip = 127.f * *out_scale.typed_data();
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
-                 b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
-                 out_scale.untyped_data());
+  return RunRequantized(c, x, w, x_scale, w_scale, b, out_scale, y, weights_id);
 }
 
 // int8 residual connection: the same, plus residual_scale * residual before the activation (the
@@ -337,14 +346,14 @@ ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ff
     return ffi::Error::InvalidArgument("oneDNN quantized_conv2d: the residual's shape is not the output's");
   }
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
-              has_bias, act, alpha, true, w_scale.element_count() > 1, true, true, *residual_scale.typed_data(),
-              x_unsigned, 127.f * *out_scale.typed_data()};
+              has_bias, act, alpha};
+  c.x_unsigned = x_unsigned;
+  c.sum = true;
+  c.sum_scale = *residual_scale.typed_data();
   if (y->untyped_data() != residual.untyped_data()) {
     std::memcpy(y->untyped_data(), residual.untyped_data(), residual.size_bytes());
   }
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
-                 b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
-                 out_scale.untyped_data());
+  return RunRequantized(c, x, w, x_scale, w_scale, b, out_scale, y, weights_id);
 }
 
 // The convolution's backward passes, for training: the input's gradient (backward data: from
@@ -583,6 +592,14 @@ ffi::Error BatchNormBackwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> 
       .Attr<float>("alpha")                            \
       .Attr<int64_t>("weights_id")
 
+// x_q, w_q, x_scale, w_scale, bias: the operands every int8 convolution takes first
+#define INT8_CONV_OPERANDS                             \
+  Arg<ffi::Buffer<ffi::S8>>()                          \
+      .Arg<ffi::Buffer<ffi::S8>>()                     \
+      .Arg<ffi::Buffer<ffi::F32>>()                    \
+      .Arg<ffi::Buffer<ffi::F32>>()                    \
+      .Arg<ffi::Buffer<ffi::F32>>()
+
 #define INT8_CONV_ATTRS                                \
   CONV_ATTRS                                           \
       .Attr<bool>("x_unsigned")
@@ -597,32 +614,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2d, Conv2dImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnQuantizedConv2d, QuantizedConv2dImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .INT8_CONV_OPERANDS
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .INT8_CONV_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2dImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .INT8_CONV_OPERANDS
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
                                   .INT8_CONV_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnResidualConv2d, ResidualConv2dImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .INT8_CONV_OPERANDS
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
