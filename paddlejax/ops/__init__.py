@@ -8,7 +8,7 @@ equation (``jax.make_jaxpr`` shows ``conv2d[...]``), eagerly it runs its referen
 [0.0, 2.0]
 """
 from paddlejax.ops.registry import Attr, Input, OpDef, all_ops, define, get, lookup  # noqa: F401
-from paddlejax.ops.activation import (gelu, hard_swish, leaky_relu, log_softmax, prelu, relu, relu6,  # noqa: F401
+from paddlejax.ops.activation import (gelu, hard_sigmoid, hard_swish, leaky_relu, log_softmax, prelu, relu, relu6,  # noqa: F401
                                       sigmoid, silu, softmax, tanh)
 from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
 from paddlejax.ops.conv import conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d  # noqa: F401

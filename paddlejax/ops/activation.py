@@ -73,6 +73,11 @@ def _hard_swish(x):
     return x * jnp.clip(x + 3, 0, 6) / 6
 
 
+def _hard_sigmoid(x, *, slope, offset):
+    """Paddle's hardsigmoid: clip(slope * x + offset, 0, 1)."""
+    return jnp.clip(slope * x + offset, 0, 1)
+
+
 def _softmax(x, *, axis):
     """exp(x) / sum(exp(x)) along ``axis``."""
     return jax.nn.softmax(x, axis=norm_axis("softmax", "axis", axis, x.ndim))
@@ -106,6 +111,9 @@ tanh = _activation("tanh", _tanh)
 silu = _activation("silu", _silu)
 leaky_relu = _activation("leaky_relu", _leaky_relu, negative_slope=Attr("float", 0.01))
 hard_swish = _activation("hard_swish", _hard_swish)
+hard_sigmoid = _activation("hard_sigmoid", _hard_sigmoid,
+                           Traits(pointwise=True, channels="identity", nonnegative=True),
+                           slope=Attr("float", 0.1666667), offset=Attr("float", 0.5))
 softmax = _activation("softmax", _softmax, _NORMALISING, axis=Attr("int", -1))
 log_softmax = _activation("log_softmax", _log_softmax, _NORMALISING, axis=Attr("int", -1))
 prelu = define("prelu", _prelu, inputs=[Input("x", dtype="float"), Input("weight", rank=1, dtype="float")],

@@ -359,6 +359,8 @@ CASES = [
     case(ops.silu, (rand(2, 5),), lambda x: x / (1 + np.exp(-x))),
     case(ops.leaky_relu, (rand(2, 5),), lambda x: np.where(x > 0, x, 0.2 * x), {"negative_slope": 0.2}),
     case(ops.hard_swish, (2 * rand(2, 5),), lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    case(ops.hard_sigmoid, (5 * rand(2, 5),), lambda x: np.clip(x / 6 + 0.5, 0, 1), {"slope": 1 / 6}),
+    case(ops.hard_sigmoid, (5 * rand(2, 5),), lambda x: np.clip(0.2 * x + 0.5, 0, 1), {"slope": 0.2}, id="onnx"),
     case(ops.softmax, (rand(2, 3, 4),), lambda x: np.exp(np_log_softmax(x, 1)), {"axis": 1}),
     case(ops.log_softmax, (rand(2, 5),), np_log_softmax),
     case(ops.prelu, (x_img, rand(4)), lambda x, w: np.where(x > 0, x, w[:, None, None] * x), diff=(0, 1)),

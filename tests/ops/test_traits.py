@@ -324,7 +324,7 @@ def test_declared_lax_ops_commute_with_per_tensor_quantize(name):
 
 
 # ops declaring `nonnegative` unconditionally, and those whose fused `act` decides it
-_NONNEGATIVE = {"relu", "relu6", "sigmoid"}
+_NONNEGATIVE = {"relu", "relu6", "sigmoid", "hard_sigmoid"}
 
 
 def test_ops_declared_nonnegative_are_the_activations_checked_and_fused_ones_follow_act():

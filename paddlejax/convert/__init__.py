@@ -1,0 +1,17 @@
+"""Importers: models from other frameworks' files as programs, so that every pass, compression
+strategy, the Predictor and the hub apply to them.
+
+- :func:`from_onnx`: an ONNX model (opsets 7 to 21; the ``onnx`` package reads the protobuf);
+
+Each importer maps the source's ops to the op library (``Conv`` becomes ``conv2d``,
+``BatchNormalization`` ``batch_norm``), keeps the source's weight names as parameter names, and
+raises :class:`ConversionError` naming every op and node it cannot convert.
+
+>>> import paddlejax as pj
+>>> callable(pj.convert.from_onnx)
+True
+"""
+from paddlejax.convert.errors import ConversionError
+from paddlejax.convert.onnx_import import from_onnx
+
+__all__ = ["ConversionError", "from_onnx"]
