@@ -1,4 +1,4 @@
-"""``paddlejax`` command: inspect, opt, run, bench, autotune, slim, export, hub, demo and launch.
+"""``paddlejax`` command: inspect, opt, run, bench, autotune, slim, export, convert, hub, demo and launch.
 
     paddlejax inspect out/model
     paddlejax opt out/model --passes "dce,cse,fold_constants{max_elements=64}" -o out/model.opt
@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from paddlejax.cli import autotune, bench, demo, export, hub, inspect, launch, opt, run, slim
+from paddlejax.cli import autotune, bench, convert, demo, export, hub, inspect, launch, opt, run, slim
 from paddlejax.cli.common import HelpFormatter
 
 COMMANDS = {"inspect": inspect, "opt": opt, "run": run, "bench": bench, "autotune": autotune, "slim": slim,
-            "export": export, "hub": hub, "demo": demo, "launch": launch}
+            "export": export, "convert": convert, "hub": hub, "demo": demo, "launch": launch}
 
 
 def build_parser() -> argparse.ArgumentParser:

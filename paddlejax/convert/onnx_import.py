@@ -31,6 +31,7 @@ import os
 import re
 from typing import Any
 
+import jax
 import numpy as np
 
 from paddlejax._extras import require
@@ -207,12 +208,12 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
     """
     from paddlejax.convert import onnx_ops
 
-    onnx = _onnx()
+    default_name = os.path.splitext(os.path.basename(model))[0] if isinstance(model, (str, os.PathLike)) else None
     model = load_model(model)
     opset = _opset(model)
     graph = model.graph
     _check_supported(graph, onnx_ops.HANDLERS)
-    constants = _constants(graph, onnx)
+    constants = _constants(graph, _onnx())
     specs = _input_specs(graph, constants, input_shapes)
     params = {w.name: w.array.astype(_runtime_dtype(w.array.dtype)) for w in constants.values()
               if isinstance(w, Weight)}
@@ -227,13 +228,13 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
                 results = onnx_ops.HANDLERS[node.op_type](ctx)
             except ConversionError:
                 raise
-            except (TypeError, ValueError, IndexError, KeyError, NotImplementedError) as error:
+            except Exception as error:  # noqa: BLE001 - whatever a handler hits, the node is what failed
                 raise ConversionError(f"from_onnx: {ctx.label} ({node.op_type}) failed: {type(error).__name__}: "
                                       f"{error}{_symbolic_hint(specs, error)}") from error
             results = results if isinstance(results, (tuple, list)) else (results,)
             for out, value in zip(node.output, results):
                 if out:
-                    env[out] = np.asarray(value) if isinstance(value, np.generic) else value
+                    env[out] = _as_value(value)
         missing = [o for o in outputs if o not in env]
         if missing:
             raise ConversionError(f"from_onnx: graph outputs {missing} are produced by no node")
@@ -241,9 +242,19 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
         return values[0] if len(values) == 1 else values
 
     try:
-        return trace(run, *specs, params=params, name=name or _clean(graph.name or "onnx_model"))
+        return trace(run, *specs, params=params, name=name or _clean(default_name or graph.name or "onnx_model"))
     except CaptureError as error:
         raise ConversionError(f"from_onnx: {error}") from error
+
+
+def _as_value(value):
+    """A handler's result as an environment value: NumPy scalars and symbolic sizes (which NumPy
+    indexing returns bare) become 0-d known arrays."""
+    if isinstance(value, (np.ndarray, Weight, jax.Array)):
+        return value
+    if isinstance(value, (np.generic, int, float, bool)):
+        return np.asarray(value)
+    return np.array(value, dtype=object)
 
 
 def _symbolic_hint(specs, error) -> str:

@@ -1,0 +1,74 @@
+"""Convert another framework's model file into a saved program.
+
+    paddlejax convert model.onnx -o out/model
+    paddlejax convert det.onnx -o out/det --input-shape x=?,3,640,640
+
+The format comes from the file's suffix (.onnx). ``--input-shape NAME=DIMS`` fixes an input's
+dynamic sizes (``?`` keeps one dynamic); static sizes let XLA specialise and the Predictor
+freeze the weights. The saved program (PATH.json and PATH.safetensors) then takes every pass,
+``paddlejax slim``, ``paddlejax run`` and the Predictor like any other.
+"""
+from __future__ import annotations
+
+from paddlejax.cli.common import check_not_input, program_path
+
+FORMATS = {".onnx": "from_onnx"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("path", help="model file: .onnx")
+    p.add_argument("-o", "--output", required=True,
+                   help="where to save the program: PATH gives PATH.json and PATH.safetensors")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="an input's shape, comma-separated, ? for a dynamic size (repeat for several inputs)")
+    p.add_argument("--name", help="the program's name (default: the model's graph name)")
+
+
+def parse_input_shape(item: str) -> tuple[str, tuple]:
+    """``NAME=DIMS`` as ``(NAME, dims)`` with ``None`` for ``?``.
+
+    >>> parse_input_shape("x=?,3,48,320")
+    ('x', (None, 3, 48, 320))
+    >>> parse_input_shape("x=3,a")
+    Traceback (most recent call last):
+    ValueError: --input-shape x=3,a: each size must be an integer >= 1 or ?, got 'a'
+    """
+    name, sep, dims = item.partition("=")
+    if not sep or not name or not dims:
+        raise ValueError(f"--input-shape expects NAME=DIMS such as x=?,3,224,224, got {item!r}")
+    out = []
+    for d in dims.split(","):
+        d = d.strip()
+        if d == "?":
+            out.append(None)
+        elif d.isdigit() and int(d) >= 1:
+            out.append(int(d))
+        else:
+            raise ValueError(f"--input-shape {item}: each size must be an integer >= 1 or ?, got {d!r}")
+    return name, tuple(out)
+
+
+def main(args) -> int:
+    import os
+
+    from paddlejax import convert
+    from paddlejax.io import save
+
+    suffix = os.path.splitext(args.path)[1].lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"{args.path}: unknown model format {suffix or '(no suffix)'!r}; "
+                         f"known: {', '.join(sorted(FORMATS))}")
+    output = program_path(args.output)
+    check_not_input(output, files=[args.path])
+    shapes = dict(parse_input_shape(item) for item in args.input_shape)
+    prog = getattr(convert, FORMATS[suffix])(args.path, input_shapes=shapes or None, name=args.name)
+    save(prog, output)
+    counts: dict[str, int] = {}
+    for op in prog.walk():
+        if op.type not in ("param", "constant", "return"):
+            counts[op.type] = counts.get(op.type, 0) + 1
+    top = ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1])[:6])
+    inputs = ", ".join(f"{v.name}: {v.type}" for v in prog.inputs)
+    print(f"converted {args.path} to {output} ({output}.json, {output}.safetensors)\n"
+          f"  {prog.name}({inputs}): {sum(counts.values())} ops ({top}), {prog.num_params():,} parameters")
+    return 0
