@@ -2,6 +2,7 @@
 strategy, the Predictor and the hub apply to them.
 
 - :func:`from_onnx`: an ONNX model (opsets 7 to 21; the ``onnx`` package reads the protobuf);
+- :func:`from_keras`: a Keras 2 ``.h5`` model (``h5py`` reads it; JSON config, HDF5 weights);
 
 Each importer maps the source's ops to the op library (``Conv`` becomes ``conv2d``,
 ``BatchNormalization`` ``batch_norm``), keeps the source's weight names as parameter names, and
@@ -12,6 +13,7 @@ raises :class:`ConversionError` naming every op and node it cannot convert.
 True
 """
 from paddlejax.convert.errors import ConversionError
+from paddlejax.convert.keras_import import from_keras
 from paddlejax.convert.onnx_import import from_onnx
 
-__all__ = ["ConversionError", "from_onnx"]
+__all__ = ["ConversionError", "from_keras", "from_onnx"]

