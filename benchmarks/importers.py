@@ -1,0 +1,192 @@
+"""Imported models beside the runtime they came from: PP-OCRv4 det and rec (the ONNX files
+rapidocr-onnxruntime ships) through ``pj.convert.from_onnx`` and the Predictor (tuned, frozen),
+against onnxruntime at the same thread count, and the PTQ int8 rec model's text.
+
+Each configuration runs in a process of its own, pinned to the thread count's cores, and the
+processes take turns block by block (as ``cpu_latency.py`` does): ``onnxruntime`` (all graph
+optimisations, ``intra_op_num_threads`` = threads), ``Predictor`` (the imported program,
+default pipeline, oneDNN kernels among the tuner's candidates) and, for rec, ``Predictor int8``
+(``pj.slim.quant_post`` with hist calibration on rendered text lines). Inputs: det one image of
+``--det-size`` (rendered text); rec a batch of ``--rec-batch`` text lines at 48x320, as
+rapidocr runs them. Ratios over 1 mean ours is faster.
+
+    python benchmarks/importers.py              # 1 and 2 threads, det and rec
+    python benchmarks/importers.py --quick      # a smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "rec": "ch_PP-OCRv4_rec_infer.onnx"}
+LINES = ["Hello paddlejax 2026", "Invoice No. 48213", "Total: 1,024.50 EUR", "OCR on XLA", "PP-OCRv4 rec",
+         "Deliver by 12 May"]
+
+
+def model_path(key: str) -> str:
+    root = importlib.util.find_spec("rapidocr_onnxruntime").submodule_search_locations[0]
+    return os.path.join(root, "models", MODELS[key])
+
+
+def rendered(text: str, height: int, width: int):
+    """``text`` in Pillow's scalable font, black on white, as PP-OCR's normalised NCHW RGB image."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("L", (448, 96), 255)
+    ImageDraw.Draw(image).text((16, 24), text, fill=0, font=ImageFont.load_default(size=36))
+    gray = np.asarray(image.resize((width, height), Image.BILINEAR), np.float32)
+    return (np.repeat(gray[None] / 255.0, 3, axis=0) - 0.5) / 0.5
+
+
+def inputs(key: str, args: dict):
+    import numpy as np
+
+    if key == "det":
+        h, w = args["det_size"]
+        return np.stack([rendered(LINES[0], h, w)])
+    return np.stack([rendered(LINES[i % len(LINES)], 48, 320) for i in range(args["rec_batch"])])
+
+
+def ctc_text(probs, characters) -> list[str]:
+    """Greedy CTC decoding: the argmax path with repeats merged and blanks (index 0) dropped."""
+    out = []
+    for row in probs.argmax(-1):
+        chars, previous = [], 0
+        for i in row:
+            if i != previous and i != 0:
+                chars.append(characters[i])
+            previous = i
+        out.append("".join(chars))
+    return out
+
+
+def characters(path: str) -> list[str]:
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
+    return ["<blank>", *meta["character"].splitlines(), " "]
+
+
+def worker(args: dict) -> None:
+    sys.path.insert(0, str(HERE))
+    from cpu_latency import pin, serve
+
+    pin(args["threads"])
+    os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(), "autotune.json")
+    import numpy as np
+
+    key, config = args["model"], args["config"]
+    path = model_path(key)
+    x = inputs(key, args)
+    info = {"name": config}
+    if config == "onnxruntime":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args["threads"]
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        call = lambda: session.run(None, {"x": x})[0]  # noqa: E731
+        info["version"] = ort.__version__
+    else:
+        import paddlejax as pj
+        from paddlejax.inference import Config, Predictor
+        from timing import machine
+
+        start = time.perf_counter()
+        program = pj.convert.from_onnx(path, input_shapes={"x": (None, *x.shape[1:])})
+        info["convert_s"] = time.perf_counter() - start
+        if config == "Predictor int8":
+            calibration = [np.stack([rendered(LINES[(i + j) % len(LINES)], 48, 320) for j in range(len(x))])
+                           for i in range(4)]
+            program = pj.slim.quant_post(program, calibration, progress=False)
+        start = time.perf_counter()
+        call_predictor = Predictor(program, Config(max_batch_size=len(x), batch_buckets=(len(x),), progress=False))
+        info["create_s"] = time.perf_counter() - start
+        info["machine"] = machine()
+        call = lambda: call_predictor(x)  # noqa: E731
+    out = np.asarray(call())
+    if key == "rec":
+        info["text"] = ctc_text(out, characters(path))
+    else:
+        info["text_pixels"] = float((out > 0.3).mean())
+    serve(info, call, args["block_seconds"])
+
+
+def measure(key: str, threads: int, args) -> dict:
+    from timing import StepWorker
+
+    job = {"model": key, "threads": threads, "block_seconds": args.block_seconds, "det_size": args.det_size,
+           "rec_batch": args.rec_batch}
+    configs = ["onnxruntime", "Predictor", *(["Predictor int8"] if key == "rec" else [])]
+    workers = []
+    try:
+        for config in configs:
+            workers.append(StepWorker(sys.executable, [__file__, "--worker"], {**job, "config": config}, threads))
+        infos = [json.loads(w.name) for w in workers]
+        seconds = {info["name"]: [] for info in infos}
+        for _ in range(args.rounds):
+            for worker_, info in zip(workers, infos):
+                time.sleep(0.2)
+                seconds[info["name"]].append(worker_.step()[0])
+    finally:
+        for worker_ in workers:
+            worker_.__exit__()
+    return {"model": key, "threads": threads, "infos": {i["name"]: i for i in infos},
+            "ms": {k: 1e3 * statistics.median(v) for k, v in seconds.items()}}
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(json.loads(sys.argv[2]))
+        return 0
+    sys.path.insert(0, str(HERE))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--models", default="det,rec")
+    parser.add_argument("--det-size", default="320,448", help="det input height,width (multiples of 32)")
+    parser.add_argument("--rec-batch", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--block-seconds", type=float, default=0.5)
+    parser.add_argument("--quick", action="store_true", help="tiny: small det input, 2 rounds")
+    args = parser.parse_args(argv)
+    args.det_size = [int(v) for v in args.det_size.split(",")]
+    if args.quick:
+        args.det_size, args.rec_batch, args.rounds, args.block_seconds = [64, 96], 2, 2, 0.05
+    rows = [measure(key, int(t), args) for t in args.threads.split(",") for key in args.models.split(",")]
+    print(f"\nPP-OCRv4 through pj.convert.from_onnx + Predictor vs onnxruntime "
+          f"{rows[0]['infos']['onnxruntime']['version']}; det {args.det_size[0]}x{args.det_size[1]} batch 1, "
+          f"rec 48x320 batch {args.rec_batch}; median ms of {args.rounds} rounds")
+    machine = next(i["machine"] for r in rows for i in r["infos"].values() if "machine" in i)
+    print(f"{machine}\n")
+    print("| model | threads | onnxruntime | Predictor | ratio | Predictor int8 | ratio | convert s | create s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ms, ours = r["ms"], r["infos"]["Predictor"]
+        int8 = ms.get("Predictor int8")
+        int8_cells = f"{int8:.2f} | {ms['onnxruntime'] / int8:.2f}x" if int8 else "- | -"
+        print(f"| {r['model']} | {r['threads']} | {ms['onnxruntime']:.2f} | {ms['Predictor']:.2f} | "
+              f"{ms['onnxruntime'] / ms['Predictor']:.2f}x | {int8_cells} | "
+              f"{ours['convert_s']:.1f} | {ours['create_s']:.1f} |")
+    for r in rows:
+        if r["model"] == "rec":
+            texts = {name: info["text"] for name, info in r["infos"].items()}
+            same = texts["Predictor"] == texts["onnxruntime"]
+            same8 = texts.get("Predictor int8") == texts["onnxruntime"]
+            print(f"\nrec text ({r['threads']} threads): onnxruntime {texts['onnxruntime']}\n"
+                  f"  Predictor {'the same' if same else texts['Predictor']}; "
+                  f"Predictor int8 {'the same' if same8 else texts.get('Predictor int8')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
