@@ -26,6 +26,8 @@ from paddlejax.convert.onnx_import import Weight, _onnx, _runtime_dtype
 HANDLERS: dict[str, Callable] = {}
 # ONNX's "to the end" slice bound, and its negative twin
 _INT_MAX = 2 ** 62
+# the op library's channel-first layout of each rank (ONNX's tensors are channel-first)
+_CHANNEL_FIRST = {2: "NC", 3: "NCL", 4: "NCHW", 5: "NCDHW"}
 
 
 def handles(*op_types: str):
@@ -288,14 +290,12 @@ def _gelu(ctx):
 @handles("PRelu")
 def _prelu(ctx):
     x, slope = ctx.tensor(0), ctx.tensor(1)
-    if slope.size == 1:
-        return ops.prelu(x, slope.reshape(1), data_format="NC" if x.ndim == 2 else "NCHW" if x.ndim == 4 else
-                         {3: "NCL", 5: "NCDHW"}.get(x.ndim, "NCHW")) if x.ndim in (2, 3, 4, 5) else \
-            jnp.where(x > 0, x, slope.reshape(()) * x)
-    channels = x.shape[1] if x.ndim >= 2 else None
-    if x.ndim in (2, 3, 4, 5) and slope.size == channels and slope.shape[0] in (channels, 1) \
-            and (slope.ndim == x.ndim - 1 and slope.shape[0] == channels or slope.ndim == 1 and x.ndim == 2):
-        return ops.prelu(x, slope.reshape(-1), data_format={2: "NC", 3: "NCL", 4: "NCHW", 5: "NCDHW"}[x.ndim])
+    layout = _CHANNEL_FIRST.get(x.ndim)
+    # ONNX broadcasts the slope numpy-style: (C, 1, 1) or, for 2-D inputs, (C,) is one per channel
+    per_channel = slope.shape[:1] == x.shape[1:2] and (
+        slope.ndim == x.ndim - 1 and all(d == 1 for d in slope.shape[1:]) or x.ndim == 2 and slope.ndim == 1)
+    if layout and (slope.size == 1 or per_channel):
+        return ops.prelu(x, slope.reshape(-1), data_format=layout)
     return jnp.where(x > 0, x, slope * x)
 
 
@@ -682,9 +682,6 @@ def _einsum(ctx):
 
 
 # -- convolution, normalisation, pooling -------------------------------------------------------
-_CHANNEL_FIRST = {2: "NC", 3: "NCL", 4: "NCHW", 5: "NCDHW"}
-
-
 def _explicit_pads(ctx, spatial, kernel, strides, dilations):
     """(lo, hi) per spatial axis from ``pads`` or ``auto_pad``."""
     auto = ctx.attr("auto_pad", "NOTSET")
@@ -916,9 +913,9 @@ def _gates(w, order):
 @handles("LSTM", "GRU")
 def _rnn(ctx):
     t = ctx.node.op_type
-    if ctx.attr("activations") is not None and [a.lower() for a in ctx.attr("activations")] != \
-            ["sigmoid", "tanh", "tanh"] * (2 if ctx.attr("direction") == "bidirectional" else 1) \
-            and [a.lower() for a in ctx.attr("activations")] != ["sigmoid", "tanh"] * (2 if ctx.attr("direction") == "bidirectional" else 1):
+    directions = 2 if ctx.attr("direction") == "bidirectional" else 1
+    defaults = (["sigmoid", "tanh", "tanh"] if t == "LSTM" else ["sigmoid", "tanh"]) * directions
+    if [a.lower() for a in ctx.attr("activations", defaults)] != defaults:
         raise ctx.error(f"activations {ctx.attr('activations')} are not supported (the defaults are)")
     if ctx.attr("clip") is not None or ctx.attr("input_forget", 0):
         raise ctx.error("clip and input_forget are not supported")
