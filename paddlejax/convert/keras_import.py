@@ -28,6 +28,7 @@ from paddlejax._extras import require
 from paddlejax.capture import CaptureError, InputSpec, trace
 from paddlejax.convert.errors import ConversionError
 from paddlejax.ir import Program
+from paddlejax.ops.conv import same_padding
 
 LAYERS: dict[str, Callable] = {}
 # Keras activations by name; "linear" is none
@@ -80,22 +81,13 @@ class LayerContext:
             raise self.error("data_format channels_first is not supported")
 
 
-def _same_pads(spatial, kernel, strides, dilation) -> tuple:
-    """TensorFlow's "same" padding (the odd pixel at the end) for static spatial sizes."""
-    pads = []
-    for n, k, s, d in zip(spatial, kernel, strides, dilation):
-        total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
-        pads.append((total // 2, total - total // 2))
-    return tuple(pads)
-
-
 def _padding(ctx, x, kernel, strides, dilation=(1, 1)):
     mode = ctx.config.get("padding", "valid")
     if mode == "valid":
         return ((0, 0), (0, 0))
     if mode != "same":
         raise ctx.error(f"padding {mode!r} is not supported")
-    return _same_pads(x.shape[1:3], kernel, strides, dilation)
+    return same_padding(x.shape[1:3], kernel, strides, dilation)
 
 
 def _conv_geometry(ctx, x):
@@ -259,7 +251,7 @@ def _read_weights(f, layer_specs) -> dict[str, np.ndarray]:
 
 def _to_op_layout(class_name: str, kind: str, array: np.ndarray) -> np.ndarray:
     array = array.astype(np.float32) if array.dtype.kind == "f" else array
-    if class_name == "Conv2D" and kind == "kernel" or kind == "pointwise_kernel":
+    if (class_name == "Conv2D" and kind == "kernel") or kind == "pointwise_kernel":
         return np.ascontiguousarray(array.transpose(3, 2, 0, 1))  # HWIO -> OIHW
     if kind == "depthwise_kernel":  # (kh, kw, C, multiplier) -> (C * multiplier, 1, kh, kw)
         kh, kw, c, m = array.shape

@@ -105,7 +105,7 @@ def _is_weight(array: np.ndarray) -> bool:
     return array.dtype.kind == "f" and array.size > 1
 
 
-def _constants(graph, onnx) -> dict[str, Any]:
+def _constants(graph) -> dict[str, Any]:
     """Initializers and Constant-node outputs: Weights (parameters) or NumPy arrays."""
     from onnx import numpy_helper
 
@@ -114,13 +114,14 @@ def _constants(graph, onnx) -> dict[str, Any]:
         values[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            values[node.output[0]] = _constant_value(node, onnx)
+            values[node.output[0]] = _constant_value(node)
     return {name: Weight(name, a) if _is_weight(a) else a for name, a in values.items()}
 
 
-def _constant_value(node, onnx) -> np.ndarray:
+def _constant_value(node) -> np.ndarray:
     from onnx import numpy_helper
 
+    onnx = _onnx()
     attr = {a.name: a for a in node.attribute}
     if "value" in attr:
         return numpy_helper.to_array(attr["value"].t)
@@ -213,7 +214,7 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
     opset = _opset(model)
     graph = model.graph
     _check_supported(graph, onnx_ops.HANDLERS)
-    constants = _constants(graph, _onnx())
+    constants = _constants(graph)
     specs = _input_specs(graph, constants, input_shapes)
     params = {w.name: w.array.astype(_runtime_dtype(w.array.dtype)) for w in constants.values()
               if isinstance(w, Weight)}
@@ -238,7 +239,7 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
         missing = [o for o in outputs if o not in env]
         if missing:
             raise ConversionError(f"from_onnx: graph outputs {missing} are produced by no node")
-        values = tuple(onnx_ops.as_tensor(env[o]) for o in outputs)
+        values = tuple(onnx_ops.as_tensor(env[o], p) for o in outputs)
         return values[0] if len(values) == 1 else values
 
     try:

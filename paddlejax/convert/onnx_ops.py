@@ -22,6 +22,7 @@ from jax import lax
 from paddlejax import ops
 from paddlejax.convert.errors import ConversionError
 from paddlejax.convert.onnx_import import Weight, _onnx, _runtime_dtype
+from paddlejax.ops.conv import same_padding
 
 HANDLERS: dict[str, Callable] = {}
 # ONNX's "to the end" slice bound, and its negative twin
@@ -44,11 +45,9 @@ def is_known(v) -> bool:
     return isinstance(v, np.ndarray)
 
 
-def as_tensor(v, params=None):
+def as_tensor(v, params):
     """A traced or constant JAX array for a value (a Weight read from ``params``)."""
     if isinstance(v, Weight):
-        if params is None:
-            return jnp.asarray(v.array.astype(_runtime_dtype(v.array.dtype)))
         return params[v.name]
     if isinstance(v, np.ndarray):
         if v.dtype == object:  # symbolic sizes
@@ -121,10 +120,13 @@ class NodeContext:
     def tensor(self, i: int):
         return as_tensor(self.raw(i), self._params)
 
-    def tensors(self) -> list:
-        return [self.tensor(i) if self.has(i) else None for i in range(self.num_inputs)]
+    def value(self, i: int):
+        """A known input as it is (NumPy), anything else as a tensor."""
+        v = self.raw(i)
+        return v if is_known(v) else self.tensor(i)
 
-    def is_known(self, i: int) -> bool:
+    def is_constant(self, i: int) -> bool:
+        """Whether input ``i`` can be read with :meth:`known` (a known value or a Weight)."""
         return self.has(i) and isinstance(self.raw(i), (np.ndarray, Weight))
 
     def known(self, i: int, what: str) -> np.ndarray:
@@ -354,7 +356,8 @@ def _shape(ctx):
 
 @handles("Size")
 def _size(ctx):
-    return np.array(math.prod(_shape_of(ctx.raw(0))), dtype=np.int64 if is_static(_shape_of(ctx.raw(0))) else object)
+    shape = shape_array(_shape_of(ctx.raw(0)))
+    return np.array(math.prod(shape.tolist()), dtype=shape.dtype)
 
 
 def is_static(shape) -> bool:
@@ -379,37 +382,31 @@ def _reshape_any(x, shape):
     return jnp.reshape(x, shape)
 
 
-def _value(ctx, i):
-    """A known input as it is, anything else as a tensor."""
-    v = ctx.raw(i)
-    return v if is_known(v) else as_tensor(v, ctx._params)
-
-
 @handles("Reshape")
 def _reshape(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     shape = ctx.ints(1, "shape") if ctx.opset >= 5 else list(ctx.attr("shape"))
     return _reshape_any(x, _target_shape(ctx, shape, _shape_of(x), bool(ctx.attr("allowzero", 0))))
 
 
 @handles("Flatten")
 def _flatten(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     shape = _shape_of(x)
     axis = ctx.attr("axis", 1) % (len(shape) + 1) if shape else 0
     return _reshape_any(x, (math.prod(shape[:axis]), -1) if axis < len(shape) else (math.prod(shape), 1))
 
 
-def _axes(ctx, input_index: int, attr: str = "axes"):
+def _axes(ctx, input_index: int):
     if ctx.has(input_index) and ctx.opset >= 13:
         return ctx.ints(input_index, "axes")
-    value = ctx.attr(attr)
+    value = ctx.attr("axes")
     return None if value is None else list(value)
 
 
 @handles("Squeeze")
 def _squeeze(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     axes = _axes(ctx, 1)
     ndim = len(_shape_of(x))
     axes = None if axes is None else tuple(a % ndim for a in axes)
@@ -418,7 +415,7 @@ def _squeeze(ctx):
 
 @handles("Unsqueeze")
 def _unsqueeze(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     axes = _axes(ctx, 1)
     rank = len(_shape_of(x)) + len(axes)
     shape = list(_shape_of(x))
@@ -429,7 +426,7 @@ def _unsqueeze(ctx):
 
 @handles("Transpose")
 def _transpose(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     perm = ctx.attr("perm")
     return np.transpose(x, perm) if is_known(x) else jnp.transpose(x, perm)
 
@@ -451,7 +448,7 @@ def _concat(ctx):
 
 @handles("Split")
 def _split(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     shape = _shape_of(x)
     axis = ctx.attr("axis", 0) % len(shape)
     sizes = ctx.ints(1, "split") if ctx.opset >= 13 and ctx.has(1) else ctx.attr("split")
@@ -466,7 +463,7 @@ def _split(ctx):
 
 @handles("Slice")
 def _slice(ctx):
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     shape = _shape_of(x)
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
@@ -499,7 +496,7 @@ def _gather(ctx):
         return np.take(data, np.where(idx < 0, idx + data.shape[axis], idx), axis=axis)
     data = ctx.tensor(0)
     n = data.shape[axis % data.ndim]
-    if ctx.is_known(1):
+    if ctx.is_constant(1):
         idx = np.asarray(ctx.known(1, "indices"))
         if isinstance(n, int):
             idx = np.where(idx < 0, idx + n, idx)
@@ -544,7 +541,7 @@ def _broadcast_shape(ctx, a, b) -> tuple:
 @handles("Expand")
 def _expand(ctx):
     shape = ctx.ints(1, "shape")
-    x = _value(ctx, 0)
+    x = ctx.value(0)
     target = _broadcast_shape(ctx, _shape_of(x), shape)
     return np.broadcast_to(x, target).copy() if is_known(x) else jnp.broadcast_to(x, target)
 
@@ -696,12 +693,8 @@ def _explicit_pads(ctx, spatial, kernel, strides, dilations):
     if not is_static(spatial):
         raise ctx.error(f"auto_pad {auto} needs static spatial sizes, got {tuple(spatial)}; fix them with "
                         "from_onnx(..., input_shapes=...)")
-    pads = []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-        small, large = total // 2, total - total // 2
-        pads.append((small, large) if auto == "SAME_UPPER" else (large, small))
-    return tuple(pads)
+    upper = same_padding(spatial, kernel, strides, dilations)
+    return upper if auto == "SAME_UPPER" else tuple((hi, lo) for lo, hi in upper)
 
 
 @handles("Conv")
@@ -907,7 +900,8 @@ _GATE_ORDER = {"LSTM": (0, 2, 3, 1), "GRU": (1, 0, 2)}
 
 
 def _gates(w, order):
-    return jnp.concatenate([g for g in (jnp.split(w, len(order), axis=0)[i] for i in order)], axis=0)
+    parts = jnp.split(w, len(order), axis=0)
+    return jnp.concatenate([parts[i] for i in order], axis=0)
 
 
 @handles("LSTM", "GRU")
@@ -923,27 +917,25 @@ def _rnn(ctx):
         raise ctx.error("linear_before_reset=0 is not supported (PyTorch and Paddle export 1)")
     if t == "LSTM" and ctx.has(7):
         raise ctx.error("peephole weights (input P) are not supported")
-    x = ctx.tensor(0)
-    if ctx.attr("layout", 0) == 0:
-        x = jnp.swapaxes(x, 0, 1)  # the op library's recurrences are batch-major
+    batch_major = ctx.attr("layout", 0) == 1
+    x = ctx.tensor(0) if batch_major else jnp.swapaxes(ctx.tensor(0), 0, 1)  # the op library's are batch-major
     w, r = ctx.tensor(1), ctx.tensor(2)
+    order = _GATE_ORDER[t]
+    gates = len(order)
     dirs, gh, _ = w.shape
-    hidden = int(ctx.attr("hidden_size", gh // len(_GATE_ORDER[t])))
-    gates = len(_GATE_ORDER[t])
+    hidden = int(ctx.attr("hidden_size", gh // gates))
     batch = x.shape[0]
     bias = ctx.tensor(3) if ctx.has(3) else jnp.zeros((dirs, 2 * gates * hidden), x.dtype)
     lengths = ctx.tensor(4) if ctx.has(4) else None
     states = []
     for k in (5, 6) if t == "LSTM" else (5,):
         s = ctx.tensor(k) if ctx.has(k) else jnp.zeros((dirs, batch, hidden), x.dtype)
-        states.append(jnp.swapaxes(s, 0, 1) if ctx.attr("layout", 0) == 1 else s)
-    direction = ctx.attr("direction", "forward")
+        states.append(jnp.swapaxes(s, 0, 1) if batch_major else s)
     outs, hs, cs = [], [], []
     for d in range(dirs):
-        order = _GATE_ORDER[t]
         args = (_gates(w[d], order), _gates(r[d], order), _gates(bias[d, :gates * hidden], order),
                 _gates(bias[d, gates * hidden:], order))
-        reverse = direction == "reverse" or d == 1
+        reverse = ctx.attr("direction") == "reverse" or d == 1
         if t == "LSTM":
             out, h, c = ops.lstm(x, states[0][d], states[1][d], *args, lengths, is_reverse=reverse)
             cs.append(c)
@@ -952,8 +944,8 @@ def _rnn(ctx):
         outs.append(out)
         hs.append(h)
     y = jnp.stack(outs, axis=1)  # [batch, dirs, time, hidden]
-    y = jnp.transpose(y, (2, 1, 0, 3)) if ctx.attr("layout", 0) == 0 else jnp.transpose(y, (0, 2, 1, 3))
+    y = jnp.transpose(y, (0, 2, 1, 3)) if batch_major else jnp.transpose(y, (2, 1, 0, 3))
     last = [jnp.stack(hs), *([jnp.stack(cs)] if t == "LSTM" else [])]
-    if ctx.attr("layout", 0) == 1:
+    if batch_major:
         last = [jnp.swapaxes(s, 0, 1) for s in last]
     return (y, *last)

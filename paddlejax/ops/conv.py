@@ -32,9 +32,23 @@ from jax import lax
 from paddlejax.ops import onednn
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs, nonnegative_act
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.traits import Traits, always, data_format_axis
+from paddlejax.ops.traits import Traits, data_format_axis
 from paddlejax.ops.common import (LAYOUTS, attr_error, channel_axis, from_channels_last, input_error,
                                  to_channels_last)
+
+
+def same_padding(in_hw, k_hw, stride, dilation) -> tuple:
+    """``(lo, hi)`` pads per spatial dim that give ``ceil(n / stride)`` outputs, the odd one at the
+    end (TensorFlow's and Keras's "same", ONNX's SAME_UPPER).
+
+    >>> same_padding((8, 7), (3, 3), (2, 2), (1, 2))
+    ((0, 1), (2, 2))
+    """
+    pads = []
+    for n, k, s, d in zip(in_hw, k_hw, stride, dilation):
+        total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        pads.append((total // 2, total - total // 2))
+    return tuple(pads)
 
 
 def paddle_padding(padding, in_hw, k_hw, stride, dilation):
@@ -43,11 +57,8 @@ def paddle_padding(padding, in_hw, k_hw, stride, dilation):
     if padding == "VALID":
         return ((0, 0),) * len(in_hw), dilation
     if padding == "SAME":
-        pads = []
-        for n, k, s in zip(in_hw, k_hw, stride):
-            total = max((-(-n // s) - 1) * s + k - n, 0)
-            pads.append((total // 2, total - total // 2))
-        return tuple(pads), (1,) * len(dilation)
+        undilated = (1,) * len(dilation)
+        return same_padding(in_hw, k_hw, stride, undilated), undilated
     return padding, dilation
 
 

@@ -107,6 +107,15 @@ def test_passes_fold_the_imported_batch_norms_and_keep_the_function():
     assert relative_error(folded(x), prog(x)) <= 1e-4
 
 
+def test_a_weight_returned_as_it_is_stays_a_named_parameter():
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["w"], ["w_out"])]
+    model = make_model(nodes, {"x": np.zeros((2, 3), np.float32)}, ["y", "w_out"], initializers={"w": w})
+    prog = pj.convert.from_onnx(model)
+    assert [op.attrs["name"] for op in prog.param_ops()] == ["w"]
+    np.testing.assert_array_equal(prog(np.ones((2, 3), np.float32))[1], w)
+
+
 # -- errors ------------------------------------------------------------------------------------
 def _relu_model(**kw):
     return make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.float32)}, ["y"], **kw)
