@@ -2,6 +2,8 @@
 strategy, the Predictor and the hub apply to them.
 
 - :func:`from_onnx`: an ONNX model (opsets 7 to 21; the ``onnx`` package reads the protobuf);
+- :func:`from_paddle`: a PaddlePaddle inference model, legacy ``.pdmodel`` or PIR ``.json``, with
+  its ``.pdiparams`` (read with Paddle's public protobuf schema and the tensor stream's layout);
 - :func:`from_keras`: a Keras 2 ``.h5`` model (``h5py`` reads it; JSON config, HDF5 weights);
 
 Each importer maps the source's ops to the op library (``Conv`` becomes ``conv2d``,
@@ -15,5 +17,6 @@ True
 from paddlejax.convert.errors import ConversionError
 from paddlejax.convert.keras_import import from_keras
 from paddlejax.convert.onnx_import import from_onnx
+from paddlejax.convert.paddle_import import from_paddle
 
-__all__ = ["ConversionError", "from_keras", "from_onnx"]
+__all__ = ["ConversionError", "from_keras", "from_onnx", "from_paddle"]

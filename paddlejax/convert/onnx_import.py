@@ -26,28 +26,20 @@ f32[b,3] ['relu', 'return']
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Any
 
-import jax
 import numpy as np
 
 from paddlejax._extras import require
 from paddlejax.capture import CaptureError, InputSpec, trace
 from paddlejax.convert.errors import ConversionError
+from paddlejax.convert.values import Weight, as_value
+from paddlejax.convert.values import runtime_dtype as _runtime_dtype
 from paddlejax.ir import Program
 
 MIN_OPSET, MAX_OPSET = 7, 21
-
-
-@dataclasses.dataclass(frozen=True)
-class Weight:
-    """An initializer (or Constant) that becomes a parameter of the program when read as a tensor."""
-
-    name: str
-    array: np.ndarray
 
 
 def _onnx():
@@ -183,16 +175,6 @@ def _clean(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name) or "x"
 
 
-_RUNTIME_DTYPES = {np.dtype("int64"): np.dtype("int32"), np.dtype("uint64"): np.dtype("uint32"),
-                   np.dtype("float64"): np.dtype("float32")}
-
-
-def _runtime_dtype(dtype) -> np.dtype:
-    """The dtype a tensor of ONNX ``dtype`` has in the program (JAX's 32-bit defaults)."""
-    dtype = np.dtype(dtype)
-    return _RUNTIME_DTYPES.get(dtype, dtype)
-
-
 def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = None) -> Program:
     """The program of an ONNX model (a path, its bytes or an ``onnx.ModelProto``).
 
@@ -235,7 +217,7 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
             results = results if isinstance(results, (tuple, list)) else (results,)
             for out, value in zip(node.output, results):
                 if out:
-                    env[out] = _as_value(value)
+                    env[out] = as_value(value)
         missing = [o for o in outputs if o not in env]
         if missing:
             raise ConversionError(f"from_onnx: graph outputs {missing} are produced by no node")
@@ -246,16 +228,6 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
         return trace(run, *specs, params=params, name=name or _clean(default_name or graph.name or "onnx_model"))
     except CaptureError as error:
         raise ConversionError(f"from_onnx: {error}") from error
-
-
-def _as_value(value):
-    """A handler's result as an environment value: NumPy scalars and symbolic sizes (which NumPy
-    indexing returns bare) become 0-d known arrays."""
-    if isinstance(value, (np.ndarray, Weight, jax.Array)):
-        return value
-    if isinstance(value, (np.generic, int, float, bool)):
-        return np.asarray(value)
-    return np.array(value, dtype=object)
 
 
 def _symbolic_hint(specs, error) -> str:

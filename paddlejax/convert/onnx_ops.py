@@ -21,7 +21,10 @@ from jax import lax
 
 from paddlejax import ops
 from paddlejax.convert.errors import ConversionError
-from paddlejax.convert.onnx_import import Weight, _onnx, _runtime_dtype
+from paddlejax.convert.onnx_import import _onnx
+from paddlejax.convert.values import Weight, as_tensor, is_known, is_static, shape_array
+from paddlejax.convert.values import runtime_dtype as _runtime_dtype
+from paddlejax.convert.values import shape_of as _shape_of
 from paddlejax.ops.conv import same_padding
 
 HANDLERS: dict[str, Callable] = {}
@@ -38,25 +41,6 @@ def handles(*op_types: str):
         return fn
 
     return register
-
-
-def is_known(v) -> bool:
-    """A value known while converting (not traced, not a parameter)."""
-    return isinstance(v, np.ndarray)
-
-
-def as_tensor(v, params):
-    """A traced or constant JAX array for a value (a Weight read from ``params``)."""
-    if isinstance(v, Weight):
-        return params[v.name]
-    if isinstance(v, np.ndarray):
-        if v.dtype == object:  # symbolic sizes
-            return jnp.array([jnp.asarray(d, jnp.int32) for d in v.flat], jnp.int32).reshape(v.shape) \
-                if v.size else jnp.zeros(v.shape, jnp.int32)
-        return jnp.asarray(v.astype(_runtime_dtype(v.dtype)))
-    if isinstance(v, (int, float, np.generic)):
-        return jnp.asarray(v)
-    return v
 
 
 class NodeContext:
@@ -335,18 +319,6 @@ def _cast(ctx):
 
 
 # -- shapes ------------------------------------------------------------------------------
-def shape_array(shape) -> np.ndarray:
-    """A shape as a known int64 vector (object dtype where a size is symbolic)."""
-    dims = [int(d) if isinstance(d, (int, np.integer)) else d for d in shape]
-    return np.array(dims, dtype=np.int64 if all(isinstance(d, int) for d in dims) else object)
-
-
-def _shape_of(v) -> tuple:
-    if isinstance(v, Weight):
-        return v.array.shape
-    return np.shape(v) if isinstance(v, np.ndarray) else tuple(v.shape)
-
-
 @handles("Shape")
 def _shape(ctx):
     shape = shape_array(_shape_of(ctx.raw(0)))
@@ -358,10 +330,6 @@ def _shape(ctx):
 def _size(ctx):
     shape = shape_array(_shape_of(ctx.raw(0)))
     return np.array(math.prod(shape.tolist()), dtype=shape.dtype)
-
-
-def is_static(shape) -> bool:
-    return all(isinstance(d, (int, np.integer)) for d in shape)
 
 
 def _target_shape(ctx, shape, in_shape, allowzero: bool):
