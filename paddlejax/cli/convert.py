@@ -2,8 +2,10 @@
 
     paddlejax convert model.onnx -o out/model
     paddlejax convert det.onnx -o out/det --input-shape x=?,3,640,640
+    paddlejax convert inference.pdmodel -o out/model
 
-The format comes from the file's suffix: .onnx (ONNX), .h5 or .hdf5 (a Keras 2 model). ``--input-shape NAME=DIMS`` fixes an input's
+The format comes from the file's suffix: .onnx (ONNX), .pdmodel (Paddle's legacy format) or .json
+(Paddle 3's PIR format), each with its .pdiparams beside it, .h5 or .hdf5 (a Keras 2 model). ``--input-shape NAME=DIMS`` fixes an input's
 dynamic sizes (``?`` keeps one dynamic); static sizes let XLA specialise and the Predictor
 freeze the weights. The saved program (PATH.json and PATH.safetensors) then takes every pass,
 ``paddlejax slim``, ``paddlejax run`` and the Predictor like any other.
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 from paddlejax.cli.common import check_not_input, program_path
 
-FORMATS = {".onnx": "from_onnx", ".h5": "from_keras", ".hdf5": "from_keras"}
+FORMATS = {".onnx": "from_onnx", ".pdmodel": "from_paddle", ".json": "from_paddle", ".h5": "from_keras",
+           ".hdf5": "from_keras"}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", help="model file: .onnx, .h5 or .hdf5")
+    p.add_argument("path", help="model file: .onnx, .pdmodel or .json (Paddle, with .pdiparams beside it), .h5 or .hdf5")
     p.add_argument("-o", "--output", required=True,
                    help="where to save the program: PATH gives PATH.json and PATH.safetensors")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",

