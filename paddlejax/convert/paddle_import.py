@@ -125,8 +125,8 @@ def legacy_graph(desc, renames) -> Graph:
         new_type, attr_renames = renames.get(op.type, (op.type, {}))
         label = f"op {index} ({op.type} → {', '.join(a for v in outs.values() for a in v[:1]) or 'nothing'})"
         for name in _DTYPE_ATTRS:
-            if isinstance(attrs.get(name), int):
-                attrs[name] = _dtype_name(attrs[name], label)
+            if isinstance(attrs.get(name), int):  # -1: unset
+                attrs[name] = _dtype_name(attrs[name], label) if attrs[name] >= 0 else None
         attrs = {attr_renames.get(k, k): v for k, v in attrs.items()}
         inputs = {}
         for slot, args in ins.items():

@@ -674,8 +674,14 @@ def _concat(ctx):
     axis = int(ctx.number("axis", 0))
     values = ctx.raws("x")
     if all(is_known(v) for v in values):
-        return np.concatenate([np.asarray(v) for v in values], axis)
-    return ops.concat([as_tensor(v, ctx._params) for v in values], axis=axis)
+        parts = [np.asarray(v) for v in values]
+        if any(p.dtype == object for p in parts):  # symbolic sizes among known ones
+            parts = [p.astype(object) for p in parts]
+        return np.concatenate(parts, axis)
+    parts = ctx.tensors("x")
+    if len(parts) > 1 and all(jnp.issubdtype(p.dtype, jnp.floating) for p in parts):
+        return ops.concat(*parts, axis=axis)
+    return jnp.concatenate(parts, axis)
 
 
 @handles("stack", legacy={"stack": None})

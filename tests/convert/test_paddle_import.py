@@ -1,6 +1,6 @@
 """``pj.convert.from_paddle``: PaddlePaddle inference models, legacy and PIR, as programs.
 
-The fixtures are a residual CNN, a MobileNetV3-small and a BERT-style encoder, each saved by
+The fixtures are a residual CNN, a MobileNetV3-small, a BERT-style encoder and a small U-Net, each saved by
 paddlepaddle in the legacy format (2.6) and in PIR (3.3) with Paddle Inference's outputs beside
 them (``fixtures/export_paddle.py``). Both formats hold the same weights.
 """
@@ -35,6 +35,8 @@ def op_types(prog):
     ("resnet", {"conv2d", "batch_norm", "relu", "pool2d", "linear", "softmax"}),
     ("mobilenet", {"conv2d", "batch_norm", "hard_swish", "hard_sigmoid", "relu", "pool2d", "linear"}),
     ("bert", {"embedding", "layer_norm", "linear", "matmul", "softmax", "gelu", "tanh"}),
+    ("unet", {"conv2d_transpose", "interpolate", "group_norm", "prelu", "concat", "leaky_relu", "silu", "relu6",
+              "sigmoid", "pool2d"}),
 ])
 def test_imported_model_matches_paddle_inference(model, ops, fmt):
     prog = from_paddle(fixture(model, fmt))
