@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import struct
 
@@ -121,7 +122,7 @@ def read_pir(source) -> dict:
     data = _read_bytes(source, "program")
     try:
         program = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ConversionError(f"from_paddle: {_label(source)} is not PIR JSON ({error})") from None
     base = program.get("base_code") if isinstance(program, dict) else None
     if not isinstance(base, dict) or base.get("magic") != "pir":
@@ -191,7 +192,7 @@ def read_params(source, names: list[str], shapes: dict[str, tuple] | None = None
         if expected is not None and tuple(expected) != dims:
             raise ConversionError(f"from_paddle: {what} has shape {dims} in {_label(source)}, but the program "
                                   f"declares {tuple(expected)}; the files belong to different models")
-        count = int(np.prod(dims, dtype=np.int64))
+        count = math.prod(dims)  # Python ints: hostile dims cannot wrap around
         raw = take(count * dtype.itemsize, what)
         params[name] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(dims).astype(dtype)
     if pos != len(data):

@@ -197,3 +197,20 @@ def test_corrupt_and_mismatched_files_are_refused(tmp_path):
     (tmp_path / "lonely.pdmodel").write_bytes(desc)
     with pytest.raises(ConversionError, match=r"lonely.pdiparams is missing\); pass params="):
         from_paddle(tmp_path / "lonely.pdmodel")
+
+
+def test_hostile_parameter_headers_and_json_are_refused():
+    """Sizes that would overflow or nest without end end in a ConversionError, not a crash."""
+    import struct
+
+    from paddlejax.convert import paddle_format
+
+    desc = paddle_format._messages()["TensorDesc"](data_type=5, dims=[2 ** 40, 2 ** 40]).SerializeToString()
+    huge = struct.pack("<IQI", 0, 0, 0) + struct.pack("<i", len(desc)) + desc + b"\x00" * 16
+    with pytest.raises(ConversionError, match="ends inside parameter 'w'"):
+        paddle_format.read_params(huge, ["w"])
+    negative = struct.pack("<IQI", 0, 0, 0) + struct.pack("<i", -5)
+    with pytest.raises(ConversionError, match="ends inside parameter 'w'"):
+        paddle_format.read_params(negative, ["w"])
+    with pytest.raises(ConversionError, match="is not PIR JSON"):
+        paddle_format.read_pir(b"[" * 100_000 + b"]" * 100_000)
