@@ -37,7 +37,25 @@ def model_path(key: str) -> str:
 
 
 def rendered(text: str, height: int, width: int):
-    """``text`` in Pillow's scalable font, black on white, as PP-OCR's normalised NCHW RGB image."""
+    """``text`` in Pillow's scalable font, black on white, cropped to the ink as a detector's box
+    would be, resized to ``height`` keeping its aspect ratio (squeezed only if wider than
+    ``width``) and padded on the right, as PP-OCR's rec pre-processing does; normalised NCHW RGB."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=36)
+    left, top, right, bottom = font.getbbox(text)
+    image = Image.new("L", (right - left + 16, bottom - top + 16), 255)
+    ImageDraw.Draw(image).text((8 - left, 8 - top), text, fill=0, font=font)
+    resized_w = min(width, int(np.ceil(height * image.width / image.height)))
+    gray = np.asarray(image.resize((resized_w, height), Image.BILINEAR), np.float32)
+    out = np.zeros((3, height, width), np.float32)
+    out[:, :, :resized_w] = (gray[None] / 255.0 - 0.5) / 0.5
+    return out
+
+
+def page(text: str, height: int, width: int):
+    """``text`` on a white page of ``height`` x ``width``, normalised NCHW RGB, for the detector."""
     import numpy as np
     from PIL import Image, ImageDraw, ImageFont
 
@@ -52,7 +70,7 @@ def inputs(key: str, args: dict):
 
     if key == "det":
         h, w = args["det_size"]
-        return np.stack([rendered(LINES[0], h, w)])
+        return np.stack([page(LINES[0], h, w)])
     return np.stack([rendered(LINES[i % len(LINES)], 48, 320) for i in range(args["rec_batch"])])
 
 
