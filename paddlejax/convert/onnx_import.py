@@ -197,6 +197,7 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
     graph = model.graph
     _check_supported(graph, onnx_ops.HANDLERS)
     constants = _constants(graph)
+    pretransposed = _pretranspose_gemm_weights(graph, constants)
     specs = _input_specs(graph, constants, input_shapes)
     params = {w.name: w.array.astype(_runtime_dtype(w.array.dtype)) for w in constants.values()
               if isinstance(w, Weight)}
@@ -206,7 +207,7 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
         env: dict[str, Any] = dict(constants)
         env.update(zip((s.name for s in specs), xs))
         for index, node in enumerate(graph.node):
-            ctx = onnx_ops.NodeContext(node, _node_label(node, index), opset, env, p)
+            ctx = onnx_ops.NodeContext(node, _node_label(node, index), opset, env, p, pretransposed)
             try:
                 results = onnx_ops.HANDLERS[node.op_type](ctx)
             except ConversionError:
@@ -228,6 +229,25 @@ def from_onnx(model, *, input_shapes: dict | None = None, name: str | None = Non
         return trace(run, *specs, params=params, name=name or _clean(default_name or graph.name or "onnx_model"))
     except CaptureError as error:
         raise ConversionError(f"from_onnx: {error}") from error
+
+
+def _pretranspose_gemm_weights(graph, constants) -> frozenset:
+    """Stores the 2-D weights that only ``Gemm(transB=1)`` nodes read (PyTorch's ``nn.Linear``)
+    transposed, so ``linear`` reads them as parameters (which quantization and folding need)
+    rather than as the output of a transpose. Returns their names."""
+    uses: dict[str, list] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node, i))
+    names = set()
+    for name, users in uses.items():
+        w = constants.get(name)
+        if isinstance(w, Weight) and w.array.ndim == 2 and all(
+                n.op_type == "Gemm" and i == 1 and any(a.name == "transB" and a.i for a in n.attribute)
+                for n, i in users):
+            constants[name] = Weight(name, np.ascontiguousarray(w.array.T))
+            names.add(name)
+    return frozenset(names)
 
 
 def _symbolic_hint(specs, error) -> str:

@@ -46,13 +46,15 @@ def handles(*op_types: str):
 class NodeContext:
     """One node's view of the conversion: its inputs (by position), its attributes, the opset."""
 
-    def __init__(self, node, label: str, opset: int, env: dict, params):
+    def __init__(self, node, label: str, opset: int, env: dict, params, pretransposed: frozenset = frozenset()):
         self.node = node
         self.label = label
         self.opset = opset
         self._env = env
         self._params = params
         self._attrs = None
+        # weights stored transposed at import (Gemm's transB), so that ``linear`` reads a parameter
+        self.pretransposed = pretransposed
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -631,7 +633,7 @@ def _gemm(ctx):
     a, b = ctx.tensor(0), ctx.tensor(1)
     if ctx.attr("transA", 0):
         a = a.T
-    if ctx.attr("transB", 0):
+    if ctx.attr("transB", 0) and ctx.node.input[1] not in ctx.pretransposed:
         b = b.T
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     c = ctx.tensor(2) if ctx.has(2) else None

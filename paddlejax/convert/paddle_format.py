@@ -11,9 +11,7 @@
   ``TensorDesc``, then the raw little-endian data (:func:`read_params`).
 
 >>> desc = program_desc_class()()
->>> desc.blocks.add(idx=0, parent_idx=-1).ops.add(type="relu")  # doctest: +ELLIPSIS
-type: "relu"
-...
+>>> op = desc.blocks.add(idx=0, parent_idx=-1).ops.add(type="relu")
 >>> program_desc_class().FromString(desc.SerializeToString()).blocks[0].ops[0].type
 'relu'
 """

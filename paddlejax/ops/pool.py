@@ -36,8 +36,13 @@ def _ceil_pad(n, k, s, lo, hi):
     return max((out - 1) * s + k - (n + lo + hi), 0)
 
 
-def _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, global_pooling):
-    """Kernel, stride and explicit pads of the pooling windows."""
+def pool_geometry(hw, kernel_size, stride, padding, ceil_mode, global_pooling):
+    """Kernel, stride and explicit (lo, hi) pads of ``pool2d``'s windows over spatial size ``hw``
+    (ceil mode as extra high padding), for whoever must reproduce them (the ONNX exporter).
+
+    >>> pool_geometry((5, 5), (2, 2), None, ((0, 0), (0, 0)), True, False)
+    ((2, 2), (2, 2), ((0, 1), (0, 1)))
+    """
     if global_pooling:
         return tuple(hw), (1, 1), ((0, 0), (0, 0))
     if kernel_size is None:
@@ -57,7 +62,7 @@ def _pool2d(x, *, pooling_type, kernel_size, stride, padding, ceil_mode, global_
     if not floating and pooling_type != "max":
         raise input_error("pool2d", "x", "floating values for average pooling", x.dtype)
     xl = to_channels_last(x, data_format)
-    k, s, pads = _pool_geometry(xl.shape[1:3], kernel_size, stride, padding, ceil_mode, global_pooling)
+    k, s, pads = pool_geometry(xl.shape[1:3], kernel_size, stride, padding, ceil_mode, global_pooling)
     window, strides, full_pads = (1, *k, 1), (1, *s, 1), ((0, 0), *pads, (0, 0))
     if pooling_type == "max":
         # numpy init values: a traced init value makes JAX pick the generic reduce_window,

@@ -116,6 +116,23 @@ def test_a_weight_returned_as_it_is_stays_a_named_parameter():
     np.testing.assert_array_equal(prog(np.ones((2, 3), np.float32))[1], w)
 
 
+def test_a_gemm_transb_weight_is_a_parameter_that_quantization_converts():
+    """PyTorch's nn.Linear exports Gemm(transB=1); its weight is stored transposed at import, so
+    ``linear`` reads the parameter itself and post-training quantization stores it as int8."""
+    rng = np.random.default_rng(0)
+    w, c = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1)], {"x": x}, ["y"],
+                       initializers={"w": w, "c": c}, dynamic={"x": [None, 6]})
+    prog = pj.convert.from_onnx(model)
+    linear = next(op for op in prog.walk() if op.type == "linear")
+    assert linear.operands[1].owner.type == "param" and prog.params["w"].shape == (6, 4)
+    assert relative_error(prog(x), x @ w.T + c) <= 1e-5
+    int8 = pj.slim.quant_post(prog, [x], progress=False)
+    assert "linear" not in {op.type for op in int8.walk()} and int8.params["w.int8"].dtype == np.int8
+    assert relative_error(int8(x), x @ w.T + c) <= 0.05
+
+
 # -- errors ------------------------------------------------------------------------------------
 def _relu_model(**kw):
     return make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.float32)}, ["y"], **kw)
