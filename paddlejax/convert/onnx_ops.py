@@ -513,7 +513,9 @@ def _expand(ctx):
     shape = ctx.ints(1, "shape")
     x = ctx.value(0)
     target = _broadcast_shape(ctx, _shape_of(x), shape)
-    return np.broadcast_to(x, target).copy() if is_known(x) else jnp.broadcast_to(x, target)
+    if is_known(x) and is_static(target):
+        return np.broadcast_to(x, target).copy()
+    return jnp.broadcast_to(ctx.tensor(0), target)  # a symbolic target is only known when run
 
 
 @handles("ConstantOfShape")

@@ -194,6 +194,11 @@ CASES = [
                      direction="reverse"),
          {"x": rand(5, 2, 3)}, inits={"w": rand(1, 12, 3), "r": rand(1, 12, 4), "b": rand(1, 24)},
          outputs=("y", "h"), ops=["gru"]),
+    case("expand-constant-to-symbolic-batch",
+         [node("Shape", ["a"], ["s"], end=1), node("Concat", ["s", "three"], ["t"], axis=0),
+          node("Expand", ["row", "t"], ["e"]), node("Cast", ["e"], ["f"], to=TensorProto.FLOAT), node("Add", ["a", "f"])],
+         {"a": rand(2, 3)}, inits={"row": np.array([[1, 2, 3]], np.int64), "three": np.array([3], np.int64)},
+         dynamic={"a": [None, 3]}),
     # misc
     case("dropout-identity", node("Dropout", ["a"]), {"a": rand(3, 4)}),
     case("constant-node", [node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.FLOAT, [2, 2],
