@@ -260,24 +260,37 @@ def _pir_op(op, index, signatures, inputs, outputs, nodes, params):
 
 
 # -- the importer ------------------------------------------------------------------------------
+def _program_file(path: str) -> str:
+    """The program file a path names: the file itself, ``PATH.json`` / ``PATH.pdmodel`` for a
+    prefix (``paddle.jit.save``'s ``path``), or the one program in a directory (PaddleOCR's
+    ``inference/``); PIR's ``.json`` first where both exist."""
+    if os.path.isdir(path):
+        stems = sorted({os.path.join(path, os.path.splitext(f)[0]) for f in os.listdir(path)
+                        if f.endswith((".json", ".pdmodel")) and os.path.isfile(os.path.join(path, os.path.splitext(f)[0]
+                                                                                             + ".pdiparams"))})
+        if len(stems) != 1:
+            raise ConversionError(f"from_paddle: {path!r} holds {len(stems)} programs with parameters beside them "
+                                  f"({', '.join(os.path.basename(s) for s in stems) or 'none'}); name one")
+        path = stems[0]
+    if os.path.splitext(path)[1] in (".pdmodel", ".json"):
+        if not os.path.isfile(path):
+            raise ConversionError(f"from_paddle: no such program file: {path!r}")
+        return path
+    for ext in (".json", ".pdmodel"):
+        if os.path.isfile(path + ext):
+            return path + ext
+    raise ConversionError(f"from_paddle: no program at {path!r}: expected a .pdmodel or .json file, the prefix of one "
+                          "or a directory holding one")
+
+
 def _paths(model, params):
     """(program source, params source, format) from the arguments of :func:`from_paddle`."""
     if isinstance(model, (bytes, bytearray)):
-        fmt = "pir" if model.lstrip()[:1] == b"{" else "legacy"
         if params is None:
             raise ConversionError("from_paddle: a program given as bytes needs its parameters (params=...)")
-        return model, params, fmt
-    path = os.fspath(model)
+        return bytes(model), params, "pir" if model.lstrip()[:1] == b"{" else "legacy"
+    path = _program_file(os.fspath(model))
     stem, ext = os.path.splitext(path)
-    if ext not in (".pdmodel", ".json"):
-        candidates = [stem + e for e in (".json", ".pdmodel") if os.path.isfile(path + e) or os.path.isfile(stem + e)]
-        found = [path + e for e in (".json", ".pdmodel") if os.path.isfile(path + e)]
-        if not found:
-            raise ConversionError(f"from_paddle: no program at {path!r}: expected a .pdmodel or .json file"
-                                  f"{' (found ' + ', '.join(candidates) + ')' if candidates else ''}")
-        path, stem, ext = found[0], path, os.path.splitext(found[0])[1]
-    if not os.path.isfile(path):
-        raise ConversionError(f"from_paddle: no such program file: {path!r}")
     if params is None:
         params = stem + ".pdiparams"
         if not os.path.isfile(params):
@@ -328,7 +341,8 @@ def from_paddle(model, params=None, *, input_shapes: dict | None = None, name: s
     """The program of a PaddlePaddle inference model.
 
     ``model`` is a ``.pdmodel`` or PIR ``.json`` path, the path prefix both share with their
-    ``.pdiparams`` (``paddle.jit.save``'s ``path``), or the program's bytes; ``params`` is the
+    ``.pdiparams`` (``paddle.jit.save``'s ``path``), a directory holding one such pair
+    (PaddleOCR's ``inference/``), or the program's bytes; ``params`` is the
     ``.pdiparams`` path or bytes (by default the file beside the program). ``input_shapes``
     replaces the model's dynamic sizes (``None`` keeps one dynamic; a string names it).
     Raises :class:`ConversionError` for unreadable or mismatched files and lists every op

@@ -91,6 +91,23 @@ def test_bad_input_shapes_are_refused(shapes, message):
         from_paddle(fixture("resnet", "legacy"), input_shapes=shapes)
 
 
+def test_a_directory_with_one_model_is_read(tmp_path):
+    """PaddleOCR ships each model as a directory: inference.pdmodel (or .json) + inference.pdiparams."""
+    import shutil
+
+    for suffix in (".json", ".pdiparams"):
+        shutil.copy(fixture("resnet", "pir").with_suffix(suffix), tmp_path / f"inference{suffix}")
+    inputs, expected = reference("resnet", "pir")
+    prog = from_paddle(tmp_path)
+    assert prog.name == "inference"
+    np.testing.assert_allclose(np.asarray(prog(*inputs)), expected, rtol=1e-4, atol=1e-6)
+    shutil.copy(fixture("bert", "legacy").with_suffix(".pdmodel"), tmp_path / "other.pdmodel")
+    shutil.copy(fixture("bert", "legacy").with_suffix(".pdiparams"), tmp_path / "other.pdiparams")
+    with pytest.raises(ConversionError, match="holds 2 programs with parameters beside them .inference, other.; "
+                                              "name one"):
+        from_paddle(tmp_path)
+
+
 def test_imported_program_saves_loads_and_takes_passes(tmp_path):
     prog = from_paddle(fixture("resnet", "legacy"))
     inputs, expected = reference("resnet", "legacy")
@@ -194,6 +211,9 @@ def test_corrupt_and_mismatched_files_are_refused(tmp_path):
         from_paddle(tmp_path / "m.json")
     with pytest.raises(ConversionError, match="no program at .*nothing"):
         from_paddle(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConversionError, match="holds 0 programs with parameters beside them"):
+        from_paddle(tmp_path / "empty")
     (tmp_path / "lonely.pdmodel").write_bytes(desc)
     with pytest.raises(ConversionError, match=r"lonely.pdiparams is missing\); pass params="):
         from_paddle(tmp_path / "lonely.pdmodel")
