@@ -5,11 +5,15 @@ adds and activations into the op that computes into them, and cancel transposes.
   reader of a convolution / linear with parameter weights becomes that op with new
   parameters ``w * s`` and ``(b - mean) * s + beta``, ``s = gamma / sqrt(var + eps)`` per output
   channel (named ``<weight>.folded`` and ``<bias>.folded``; ``dce`` then drops the old ones).
-  Tolerance: float32 rounding of the folded weights, about 1e-5 relative.
-- ``fuse_bias_act``: a conv / linear without a bias, followed by an add of a
-  per-channel vector, takes the vector as its bias input; an activation that is the only reader
-  of such an op (or of its int8 or weight-only version) becomes its ``act`` attribute. Exact up
-  to float rounding (1e-6).
+  A multiply by a stored number, or by one per output channel (an exporter's affine scale),
+  folds the same way (``<weight>.scaled``); so does an affine ``z * a + c`` of the input (one
+  number or one per input channel) into a linear or an unpadded single-group convolution
+  (``<weight>.affine``, bias ``+ sum(w * c)``). Tolerance: float32 rounding of the folded
+  weights, about 1e-5 relative.
+- ``fuse_bias_act``: a conv / linear without a bias, followed by an add of a per-channel
+  vector (or of one stored number, as C copies), takes the vector as its bias input; an
+  activation that is the only reader of such an op (or of its int8 or weight-only version)
+  becomes its ``act`` attribute. Exact up to float rounding (1e-6).
 - ``fuse_elementwise_act``: the same for an activation after an ``elementwise_*`` binary op.
 
 Which ops qualify is read from the op library, not listed here: a *weighted* op is one whose
@@ -35,6 +39,7 @@ program @<lambda>(%x: f32[3]) -> (f32[3]) {
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 import numpy as np
@@ -45,7 +50,8 @@ from paddlejax.ops.activation import as_fused_activation
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.traits import traits_of
 from paddlejax.passes.base import register_pass
-from paddlejax.passes.query import fuses_activation, only_reader, stored_array, transpose_perm, weighted
+from paddlejax.passes.query import (fuses_activation, only_reader, scalar_constant, stored_array, transpose_perm,
+                                    weighted)
 from paddlejax.passes.rewrite import PatternPass, RewritePattern
 
 
@@ -106,11 +112,134 @@ class _FoldBatchNorm(RewritePattern):
         return True
 
 
-def _per_channel_vector(rewriter: Rewriter, anchor: Op, v: Value, out: TensorType, axis: int) -> Value | None:
-    """``v`` as a ``[C]`` vector if, broadcast against ``out``, it varies along ``axis`` only."""
+@dataclasses.dataclass(frozen=True)
+class _FoldScale(RewritePattern):
+    """``mul(producer(x, w[, b]), s)`` with a stored ``s`` that is one number or one per output
+    channel (an exporter's affine scale: PP-LCNet's learnable affine blocks) -> ``producer(x,
+    w * s, b * s)``."""
+
+    convolutions: bool
+
+    @property
+    def label(self) -> str:
+        return "scales"
+
+    def match_and_rewrite(self, mul: Op, rewriter: Rewriter) -> bool:
+        if mul.canonical[0] != "elementwise_mul" or mul.attrs.get("act") is not None:
+            return False
+        for i, v in enumerate(mul.operands):
+            op = v.producer
+            if not _FoldBatchNorm(self.convolutions).folds_into(op) or not only_reader(v, mul) \
+                    or v.type != mul.result.type:
+                continue
+            axis = _channel_axis(op)
+            scale = _channel_values(rewriter.program, mul.operands[1 - i], v.type, axis)
+            weight, bias = op.input(op.traits.weight), op.input("bias")
+            w = stored_array(rewriter.program, weight)
+            b = stored_array(rewriter.program, bias) if bias is not None else None
+            if scale is None or w is None or bias is not None and b is None:
+                continue
+            shape = [1] * w.ndim
+            shape[op.traits.weight_out_axis(op.attrs, w.ndim)] = -1
+            w_name = weight.producer.attrs["name"]
+            operands = [op.operands[0], rewriter.param(f"{w_name}.scaled", (w * scale.reshape(shape)).astype(w.dtype))]
+            if b is not None:
+                operands.append(rewriter.param(f"{bias.producer.attrs['name']}.scaled", (b * scale).astype(b.dtype)))
+            fused = rewriter.insert_before(mul, Op(op.type, operands, [v.type], op.attrs, loc=op.loc))
+            rewriter.replace_op(mul, [fused.result])
+            rewriter.erase_op(op)
+            return True
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _FoldInputAffine(RewritePattern):
+    """``producer(z * a + c, w, b)`` with stored ``a`` and ``c`` (one number or one per input
+    channel; either may be missing) -> ``producer(z, w * a, b + sum(w * c))``, for a linear or a
+    convolution with no padding and one group, where the fold is exact (padding would add
+    ``c`` at the border, where the original adds zeros). PP-LCNet puts such an affine between
+    each activation and the 1x1 convolution after it."""
+
+    convolutions: bool
+
+    @property
+    def label(self) -> str:
+        return "input affines"
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        if not (weighted(op.type) and op.has_trait("layout_sensitive") == self.convolutions) or \
+                self.convolutions and (op.attrs.get("groups", 1) != 1 or any(p != (0, 0) for p in op.attrs["padding"])):
+            return False
+        program = rewriter.program
+        x = op.operands[0]
+        axis = channel_axis(op.attrs["data_format"], len(x.type.shape)) if self.convolutions else len(x.type.shape) - 1
+        scale, shift, source, reader, chain = None, None, x, op, []
+        for kind in ("elementwise_add", "elementwise_mul"):  # z * a + c, outermost first
+            step = source.producer
+            if step is None or step.canonical[0] != kind or step.attrs.get("act") is not None \
+                    or not only_reader(source, reader):
+                continue
+            for i in (0, 1):
+                values = _channel_values(program, step.operands[1 - i], source.type, axis)
+                if values is not None and step.operands[i].type == source.type:
+                    scale, shift = (values, shift) if kind == "elementwise_mul" else (scale, values)
+                    source, reader = step.operands[i], step
+                    chain.append(step)
+                    break
+        weight, bias = op.input(op.traits.weight), op.input("bias")
+        w = stored_array(program, weight)
+        b = stored_array(program, bias) if bias is not None else None
+        if not chain or w is None or bias is not None and b is None:
+            return False
+        out_axis = op.traits.weight_out_axis(op.attrs, w.ndim)
+        shape = [1] * w.ndim
+        shape[1 - out_axis] = -1  # the input-channel axis: OIHW convolutions, [in, out] linears
+        new_w = w if scale is None else (w * scale.reshape(shape)).astype(w.dtype)
+        new_b = np.zeros(w.shape[out_axis], w.dtype) if b is None else b
+        if shift is not None:
+            reduce = tuple(a for a in range(w.ndim) if a != out_axis)
+            new_b = (new_b + (w.astype(np.float64) * shift.reshape(shape)).sum(axis=reduce)).astype(w.dtype)
+        w_name = weight.producer.attrs["name"]
+        operands = [source, rewriter.param(f"{w_name}.affine", new_w), rewriter.param(f"{w_name}.affine_bias", new_b)]
+        fused = rewriter.insert_before(op, Op(op.type, operands, [r.type for r in op.results], op.attrs, loc=op.loc))
+        rewriter.replace_op(op, fused.results)
+        for step in chain:
+            rewriter.erase_op(step)
+        return True
+
+
+def _channel_values(program, v: Value, out: TensorType, axis: int) -> np.ndarray | None:
+    """The ``[C]`` values of a stored ``v`` that, broadcast against ``out``, is one number or
+    varies along ``axis`` only; None otherwise."""
     c, rank = out.shape[axis], len(out.shape)
     shape = v.type.shape
     offset = rank - len(shape)
+    if offset < 0 or v.type.dtype != out.dtype or \
+            any(d not in (1, c if offset + i == axis else 1) for i, d in enumerate(shape)):
+        return None
+    source = v  # a stored vector reshaped (or broadcast to unit dims) keeps its values' order
+    while source.producer is not None and source.producer.has_trait("reshaping") and source.producer.operands \
+            and math.prod(source.type.shape) == c and math.prod(source.producer.operands[0].type.shape) == c:
+        source = source.producer.operands[0]
+    stored = stored_array(program, source)
+    if stored is None:
+        scalar = scalar_constant(program, v)
+        return None if scalar is None else np.full(c, scalar, np.dtype(out.dtype))
+    if stored.size == 1:
+        return np.full(c, stored.reshape(-1)[0], stored.dtype)
+    return stored.reshape(c) if stored.size == c else None
+
+
+def _per_channel_vector(rewriter: Rewriter, anchor: Op, v: Value, out: TensorType, axis: int,
+                        name: str) -> Value | None:
+    """``v`` as a ``[C]`` vector if, broadcast against ``out``, it varies along ``axis`` only;
+    a stored single number becomes a new parameter ``name`` of C copies."""
+    c, rank = out.shape[axis], len(out.shape)
+    shape = v.type.shape
+    offset = rank - len(shape)
+    if c != 1 and all(d == 1 for d in shape) and v.type.dtype == out.dtype and offset >= 0:
+        values = _channel_values(rewriter.program, v, out, axis)
+        return None if values is None else rewriter.param(name, values)
     if offset < 0 or offset > axis or v.type.dtype != out.dtype or \
             any(d != (c if offset + i == axis else 1) for i, d in enumerate(shape)):
         return None
@@ -123,7 +252,8 @@ def _per_channel_vector(rewriter: Rewriter, anchor: Op, v: Value, out: TensorTyp
 
 
 class _FuseBias(RewritePattern):
-    """``add(op(x, w), bias)`` with a per-channel ``bias`` -> ``op(x, w, bias)``."""
+    """``add(op(x, w), bias)`` with a per-channel ``bias`` -> ``op(x, w, bias)``; when ``op``
+    has a stored bias already and the added vector is stored too, their sum."""
 
     label = "biases"
 
@@ -132,18 +262,33 @@ class _FuseBias(RewritePattern):
             return False
         for i, v in enumerate(add.operands):
             op = v.producer
-            if op is None or not weighted(op.type) or op.input("bias") is not None \
-                    or op.attrs.get("act") is not None or not only_reader(v, add) or v.type != add.result.type:
+            if op is None or not weighted(op.type) or op.attrs.get("act") is not None or not only_reader(v, add) \
+                    or v.type != add.result.type:
                 continue
-            bias = _per_channel_vector(rewriter, add, add.operands[1 - i], v.type, _channel_axis(op))
+            bias = self._bias(rewriter, add, op, add.operands[1 - i], v.type)
             if bias is None:
                 continue
             attrs = {**op.attrs, "act": add.attrs.get("act"), "act_alpha": add.attrs.get("act_alpha")}
-            fused = rewriter.insert_before(add, Op(op.type, [*op.operands, bias], [v.type], attrs, loc=op.loc))
+            operands = [*op.operands[:2], bias]
+            fused = rewriter.insert_before(add, Op(op.type, operands, [v.type], attrs, loc=op.loc))
             rewriter.replace_op(add, [fused.result])
             rewriter.erase_op(op)
             return True
         return False
+
+    @staticmethod
+    def _bias(rewriter: Rewriter, add: Op, op: Op, other: Value, out: TensorType) -> Value | None:
+        axis = _channel_axis(op)
+        existing = op.input("bias")
+        if existing is None:
+            weight = op.input(op.traits.weight)
+            base = weight.producer.attrs.get("name", op.type) if weight.producer is not None else op.type
+            return _per_channel_vector(rewriter, add, other, out, axis, f"{base}.bias")
+        b = stored_array(rewriter.program, existing)
+        shift = _channel_values(rewriter.program, other, out, axis)
+        if b is None or shift is None:
+            return None
+        return rewriter.param(f"{existing.producer.attrs['name']}.shifted", (b + shift).astype(b.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +405,7 @@ class FoldConvBatchNorm(PatternPass):
     name = "fold_conv_bn"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FoldBatchNorm(convolutions=True)]
+        return [_FoldBatchNorm(convolutions=True), _FoldScale(convolutions=True), _FoldInputAffine(convolutions=True)]
 
 
 @register_pass
@@ -272,7 +417,8 @@ class FoldLinearBatchNorm(PatternPass):
     name = "fold_linear_bn"
 
     def patterns(self) -> list[RewritePattern]:
-        return [_FoldBatchNorm(convolutions=False)]
+        return [_FoldBatchNorm(convolutions=False), _FoldScale(convolutions=False),
+                _FoldInputAffine(convolutions=False)]
 
 
 @register_pass

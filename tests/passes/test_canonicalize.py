@@ -80,6 +80,29 @@ def test_cse_merges_commutative_twins_and_identity_elimination_reads_units_from_
     np.testing.assert_array_equal(out(jnp.arange(3.0), jnp.ones(3)), prog(jnp.arange(3.0), jnp.ones(3)))
 
 
+@pytest.mark.parametrize("written", [
+    lambda x: x * pj.ops.relu6(x + 3.0) / 6.0,
+    lambda x: x * pj.ops.relu6(3.0 + x) * (1.0 / 6.0),
+    lambda x: x * (pj.ops.relu6(x + 3.0) / 6.0),
+])
+def test_hard_swish_written_out_becomes_the_op_and_fuses_into_the_conv(written):
+    w = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 3, 3))
+    prog = pj.trace(lambda p, x: written(pj.ops.conv2d(x, p["w"])), jnp.ones((1, 3, 6, 6)), params={"w": w})
+    canonical = pj.passes.run(prog, "canonicalize")
+    assert [op.type for op in canonical.walk() if op.type not in ("param", "constant", "return")] == [
+        "conv2d", "hard_swish"]
+    fused = pj.passes.run(canonical, "fuse_bias_act")
+    assert [(op.type, op.attrs.get("act")) for op in fused.walk() if op.type == "conv2d"] == [("conv2d", "hard_swish")]
+    x = jax.random.normal(jax.random.PRNGKey(1), (1, 3, 6, 6)) * 3
+    np.testing.assert_allclose(fused(x), prog(x), rtol=1e-5, atol=1e-5)
+
+
+def test_hard_swish_pieces_read_elsewhere_are_left_alone():
+    prog = pj.trace(lambda x: (x * pj.ops.relu6(x + 3.0) / 6.0, pj.ops.relu6(x + 3.0) * 1.0), jnp.ones(4))
+    types = [op.type for op in pj.passes.run(prog, "cse,canonicalize").walk()]
+    assert "hard_swish" not in types
+
+
 def test_the_inference_pipeline_starts_with_canonicalize():
     assert pj.passes.inference_pipeline().split(",")[0] == "canonicalize"
 

@@ -141,6 +141,54 @@ program @Sequential(%x: f32[b,5]) -> (f32[b,4]) {
     assert_unchanged(prog, "fold_conv_bn")  # each pass folds into its own kind of op
 
 
+AFFINE_PARAMS = {"w": jax.random.normal(jax.random.PRNGKey(2), (4, 3, 3, 3)),
+                 "w1": jax.random.normal(jax.random.PRNGKey(3), (5, 4, 1, 1)),
+                 "b1": jax.random.normal(jax.random.PRNGKey(4), (5,)),
+                 "a": jax.random.uniform(jax.random.PRNGKey(5), (1, 4, 1, 1), minval=0.5, maxval=2.0),
+                 "c": jax.random.normal(jax.random.PRNGKey(6), (1, 4, 1, 1)),
+                 "s": jnp.full((1, 1, 1, 1), 1.5)}
+
+
+def lcnet_block(p, x):
+    """PP-LCNet's pattern: conv, scalar scale, hard-swish, per-channel affine, 1x1 conv."""
+    y = pj.ops.hard_swish(pj.ops.elementwise_mul(p["s"], pj.ops.conv2d(x, p["w"], padding=((1, 1), (1, 1)))))
+    y = pj.ops.elementwise_add(pj.ops.elementwise_mul(y, p["a"]), p["c"])
+    return pj.ops.conv2d(y, p["w1"], p["b1"])
+
+
+def test_fold_conv_bn_folds_scales_after_and_affines_before_convolutions():
+    prog = pj.trace(lcnet_block, jnp.ones((2, 3, 6, 6)), params=AFFINE_PARAMS)
+    out, result = apply(prog, "fold_conv_bn")
+    assert result.stats == {"scales": 1, "input affines": 1}
+    out = pj.passes.run(out, "fuse_bias_act,dce")
+    assert [(op.type, op.attrs.get("act")) for op in out.walk() if op.type not in ("param", "return")] == [
+        ("conv2d", "hard_swish"), ("conv2d", None)]
+    assert {"w.scaled", "w1.affine", "w1.affine_bias"} <= set(out.params)
+    assert_same_function(prog, out, (2, 3, 6, 6), rtol=1e-5, atol=1e-5)
+
+
+def test_an_input_affine_stays_before_a_padded_or_grouped_convolution():
+    def padded(p, x):
+        return pj.ops.conv2d(pj.ops.elementwise_add(x, p["c"]), p["w"], padding=((1, 1), (1, 1)))
+
+    def grouped(p, x):
+        return pj.ops.conv2d(pj.ops.elementwise_mul(x, p["a"]), p["g"], groups=4)
+
+    params = {"c": jnp.ones((1, 3, 1, 1)), "w": jnp.ones((4, 3, 3, 3)), "a": jnp.ones((1, 4, 1, 1)),
+              "g": jnp.ones((4, 1, 1, 1))}
+    assert_unchanged(pj.trace(padded, jnp.ones((1, 3, 5, 5)), params=params), "fold_conv_bn")
+    assert_unchanged(pj.trace(grouped, jnp.ones((1, 4, 5, 5)), params=params), "fold_conv_bn")
+
+
+def test_fold_linear_bn_folds_an_input_affine_into_a_linear():
+    params = {"w": jax.random.normal(jax.random.PRNGKey(0), (3, 4)), "b": jax.random.normal(jax.random.PRNGKey(1), (4,)),
+              "a": jnp.array([0.5, 2.0, -1.0]), "c": jnp.array([1.0, 0.0, 3.0])}
+    prog = pj.trace(lambda p, x: pj.ops.linear(x * p["a"] + p["c"], p["w"], p["b"]), jnp.ones((2, 3)), params=params)
+    out = pj.passes.run(prog, "canonicalize,fold_linear_bn,dce")
+    assert [op.type for op in out.walk() if op.type not in ("param", "return")] == ["linear"]
+    assert_same_function(prog, out, (2, 3), rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------
 # fuse_bias_act / fuse_elementwise_act
 
@@ -200,6 +248,23 @@ def test_fuse_bias_act_keeps_an_existing_bias_and_fuses_the_activation():
     assert [(op.type, op.attrs.get("act")) for op in out.walk()] == [
         ("param", None), ("param", None), ("conv2d", "relu"), ("return", None)]
     assert_same_function(prog, out, (2, 3, 4, 4))
+
+
+def test_fuse_bias_act_takes_a_stored_number_and_adds_a_stored_shift_to_an_existing_bias():
+    params = {**CONV_PARAMS, "one": jnp.full((1, 1, 1, 1), 0.25), "shift": jnp.arange(4.0).reshape(1, 4, 1, 1)}
+
+    def scalar_bias(p, x):
+        return pj.ops.relu(pj.ops.elementwise_add(pj.ops.conv2d(x, p["w"]), p["one"]))
+
+    def shifted_bias(p, x):
+        return pj.ops.elementwise_add(pj.ops.conv2d(x, p["w"], p["b"]), p["shift"])
+
+    for fn, name in ((scalar_bias, "w.bias"), (shifted_bias, "b.shifted")):
+        prog = pj.trace(fn, jnp.ones((2, 3, 4, 4)), params=params)
+        out = pj.passes.run(prog, "fuse_bias_act,dce")
+        assert [op.type for op in out.walk() if op.type not in ("param", "return")] == ["conv2d"]
+        assert name in out.params
+        assert_same_function(prog, out, (2, 3, 4, 4))
 
 
 def test_fuse_bias_act_leaves_shared_values_and_non_channel_biases():
