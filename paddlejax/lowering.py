@@ -24,7 +24,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero, zero_from_primal
 
 from paddlejax import adapter
-from paddlejax.ir.attrs import kernel_attrs, resolve
+from paddlejax.ir.attrs import dim_symbols, eval_dim, kernel_attrs, resolve
 from paddlejax.ir.core import Block, Op, Program, TensorType
 from paddlejax.ops import registry
 
@@ -84,12 +84,36 @@ def bind_inputs(program: Program, inputs: tuple) -> tuple[list, dict]:
                 ok &= (w == g)
             elif w.isidentifier():
                 ok &= dims.setdefault(w, g) is g or dims[w] == g
+            else:  # an expression such as 32*h: solved for its one symbol, then checked
+                ok &= _solve_dim(w, g, dims)
         if not ok:
             raise ValueError(f"{program.name}: input '{value.name}' expects {want}, got "
                              f"{got}")
         if got.dtype != dtype:
             leaves[i] = x.astype(dtype) if hasattr(x, "astype") else np.asarray(x, dtype)
     return leaves, dims
+
+
+def _solve_dim(expr: str, size, dims: dict) -> bool:
+    """Bind the one unbound symbol of a linear size expression (``32*h``, ``2*s + 1``) so that
+    it equals ``size``; False when no whole, positive value does or the bound ones disagree.
+
+    >>> env = {}; _solve_dim("32*h", 320, env), env
+    (True, {'h': 10})
+    >>> _solve_dim("32*w", 100, env)
+    False
+    """
+    unbound = sorted(dim_symbols(expr) - set(dims))
+    if len(unbound) == 1 and isinstance(size, (int, np.integer)):
+        s = unbound[0]
+        at0, at1 = eval_dim(expr, {**dims, s: 0}), eval_dim(expr, {**dims, s: 1})
+        slope = at1 - at0
+        if slope == 0 or (size - at0) % slope or (size - at0) // slope < 1:
+            return False
+        dims[s] = int((size - at0) // slope)
+    elif unbound:
+        return True  # several unknowns (or a traced size): jax checks the shapes when it runs
+    return eval_dim(expr, dims) == size
 
 
 def same_structure(got, expected) -> bool:

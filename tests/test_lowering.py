@@ -108,3 +108,15 @@ def test_an_empty_batch_runs_through_flatten():
     assert prog(jnp.zeros((0, 1, 4, 4))).shape == (0, 10)
     x = jnp.ones((3, 1, 4, 4))
     np.testing.assert_allclose(prog(x), model(x), rtol=1e-6)
+
+
+def test_input_sizes_written_as_multiples_are_solved_when_called():
+    """``2*n`` binds n from the input's size; a size that is no multiple is refused by name."""
+    prog = pj.trace(lambda x: pj.ops.conv2d_transpose(x, jnp.ones((3, 2, 2, 2)), stride=(2, 2)),
+                    pj.InputSpec((None, 3, "2*n", "2*n")))
+    assert str(prog.outputs[0].type) == "f32[b,2,4*n,4*n]"
+    assert np.asarray(prog(np.ones((1, 3, 6, 6), np.float32))).shape == (1, 2, 12, 12)
+    with pytest.raises(ValueError, match=r"expects f32\[b,3,2\*n,2\*n\], got f32\[1,3,6,8\]"):
+        prog(np.ones((1, 3, 6, 8), np.float32))
+    with pytest.raises(ValueError, match=r"got f32\[1,3,5,5\]"):
+        prog(np.ones((1, 3, 5, 5), np.float32))

@@ -166,7 +166,7 @@ def _input_specs(graph, constants, input_shapes) -> list[InputSpec]:
                 if isinstance(d, int) and g is not None and g != d:
                     raise ConversionError(f"from_onnx: input_shapes['{v.name}'] sets axis {axis} to {g}, but the "
                                           f"model fixes it to {d}")
-            dims = [d if g is None else int(g) for g, d in zip(given, dims)]
+            dims = [d if g is None else g if isinstance(g, str) else int(g) for g, d in zip(given, dims)]
         specs.append(InputSpec(tuple(dims), _runtime_dtype(dtype), name=v.name))
     return specs
 

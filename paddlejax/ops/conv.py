@@ -461,7 +461,7 @@ def _conv2d_transpose(x, weight, bias=None, *, stride, padding, output_padding, 
                          output_padding)
     out_hw = [(n - 1) * s - lo - hi + d * (k - 1) + 1 + o for n, s, (lo, hi), k, d, o
               in zip(_spatial(x, data_format), stride, pads, (kh, kw), dil, output_padding)]
-    if min(out_hw) <= 0:
+    if any(n <= 0 for n in out_hw):  # one size at a time: symbolic sizes do not order among themselves
         raise attr_error(op, "padding", f"pads leaving a positive output size (would be {out_hw})", padding)
     # A transposed conv is a conv over the stride-dilated input with the kernel flipped and
     # its in/out channel roles swapped (per group).

@@ -48,6 +48,22 @@ def test_ppocr_det_matches_onnxruntime_on_real_text():
     assert {"conv2d", "conv2d_transpose", "batch_norm", "hard_sigmoid", "relu6", "sigmoid"} <= types
 
 
+def test_ppocr_det_and_rec_with_sizes_in_multiples_run_at_any_such_size():
+    """Height and width as multiples of the models' strides (``32*h``, ``8*w``): one program for
+    every image and line size, as onnxruntime runs the file."""
+    det = pj.convert.from_onnx(DET, input_shapes={"x": (None, 3, "32*h", "32*w")})
+    assert str(det.inputs[0].type) == "f32[b,3,32*h,32*w]"
+    for height, width in ((64, 96), (96, 224)):
+        x = text_image(height, width)
+        assert relative_error(det(x), ort_outputs(DET, x=x)[0]) <= 1e-4
+    with pytest.raises(ValueError, match=r"expects f32\[b,3,32\*h,32\*w\], got f32\[1,3,70,96\]"):
+        det(text_image(70, 96))
+    rec = pj.convert.from_onnx(REC, input_shapes={"x": (None, 3, 48, "8*w")})
+    x = text_image(48, 160)
+    got = np.asarray(rec(x))
+    assert got.shape == (1, 20, 6625) and relative_error(got, ort_outputs(REC, x=x)[0]) <= 1e-4
+
+
 def test_ppocr_cls_and_rec_match_onnxruntime_with_a_symbolic_batch():
     line = text_image(48, 320)
     batch = np.concatenate([line, line[:, :, :, ::-1], 0.5 * line])  # upright, mirrored, faded
