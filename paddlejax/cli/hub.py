@@ -7,6 +7,8 @@
     paddlejax hub serve -m all_minilm_l6_v2,digits_cnn --port 8866
     paddlejax hub publish ./my_module --registry ./registry
     paddlejax hub convert out/model --task image-classification --name my_cnn --image-size 32,32 -o my_cnn/
+    paddlejax hub convert resnet.onnx --task image-classification --labels labels.txt -o resnet/
+    paddlejax hub convert rec.onnx --task text-recognition --input-shape x=?,3,48,320 -o my_rec/
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ COMMANDS = {
     "config": "show or change the hub's settings (home, registries)",
     "clear": "empty the download cache and work directory (--all: uninstall everything too)",
     "publish": "add a module directory to a static registry directory",
-    "convert": "make a module from a saved program and a processor spec",
+    "convert": "make a module from an ONNX model, a Keras .h5 model or a saved program, with the task's processor",
 }
 
 
@@ -76,25 +78,39 @@ def add_arguments(p) -> None:
     c["publish"].add_argument("--registry", required=True, help="registry directory (created if new)")
     c["publish"].add_argument("--format", choices=("tar.gz", "zip"), default="tar.gz")
     v = c["convert"]
-    v.add_argument("program", help="saved program (PATH for PATH.json + PATH.safetensors)")
-    v.add_argument("--task", required=True, help="text-embedding, text-classification, image-classification, ...")
-    v.add_argument("--name", required=True)
+    v.add_argument("model", help="an ONNX file (.onnx), a Paddle model (.pdmodel beside its .pdiparams), a Keras "
+                                 "file (.h5, .hdf5), or a saved program (PATH for "
+                                 "PATH.json + PATH.safetensors)")
+    v.add_argument("--task", required=True, help=", ".join(CONVERT_TASKS))
+    v.add_argument("--name", help="module name (default: the model file's name)")
     v.add_argument("--module-version", default="1.0.0")
     v.add_argument("--summary", default="")
     v.add_argument("--license", default="")
+    v.add_argument("--input-shape", action="append", metavar="[NAME=]D,D,...",
+                   help="fix an input's shape (ONNX and Keras models; '?' leaves a size open; the first, the batch, "
+                        "always is); repeatable, one per input")
     v.add_argument("--labels", help="class names: a text file (one a line) or NAME,NAME,...")
     v.add_argument("--tokenizer", help="tokenizer.json (text modules)")
     v.add_argument("--max-length", type=int, default=512, help="tokens per text (default 512)")
-    v.add_argument("--image-size", help="H,W of the program's images (image modules)")
-    v.add_argument("--mode", choices=("L", "RGB"), default="RGB")
-    v.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW")
+    v.add_argument("--image-size", help="H,W of the program's images (default: its input's)")
+    v.add_argument("--mode", choices=("L", "RGB", "BGR"),
+                   help="colours the program takes (default: from its channels; BGR for text tasks)")
+    v.add_argument("--layout", choices=("NCHW", "NHWC"), help="default: from the program's input")
     v.add_argument("--scale", type=float, default=1 / 255)
-    v.add_argument("--mean", help="per-channel means, e.g. 0.485,0.456,0.406")
-    v.add_argument("--std", help="per-channel standard deviations")
-    v.add_argument("--activation", choices=("softmax", "sigmoid", "none"), default="softmax")
+    v.add_argument("--mean", help="per-channel means, e.g. 0.485,0.456,0.406 (text tasks: 0.5)")
+    v.add_argument("--std", help="per-channel standard deviations (text tasks: 0.5)")
+    v.add_argument("--activation", choices=("softmax", "sigmoid", "none"),
+                   help="on the outputs (default: none when the program ends in a softmax, else softmax)")
     v.add_argument("--threshold", type=float, help="multi-label: classes scoring at least this")
     v.add_argument("--normalize", action="store_true", help="embeddings: scale to unit length")
+    v.add_argument("--dictionary", help="text-recognition: the characters, one a line (default: the ONNX model's "
+                                        "'character' metadata, as PaddleOCR's exports carry it)")
     v.add_argument("-o", "--output", required=True, help="the new module directory")
+
+
+# What `hub convert` makes: the manifest's tasks, and one-stage OCR modules.
+CONVERT_TASKS = ("text-embedding", "text-classification", "text-multilabel", "image-classification",
+                 "image-multilabel", "text-detection", "text-recognition")
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -177,6 +193,8 @@ def _run(args):
     module = Module(name=args.name, version=args.version, progress=not args.no_progress)
     if module.task == "text-embedding":
         results = module.embedding(args.input).tolist()
+    elif module.task == "ocr":
+        results = module.recognize_text(args.input)
     else:
         results = module.predict(args.input, top_k=args.top_k)
     json.dump(results, sys.stdout, indent=None if module.task == "text-embedding" else 2)
@@ -211,9 +229,10 @@ def _serve(args):
 
     modules = {}
     for spec in specs:
-        module = Module(name=spec, progress=not args.no_progress)  # installed first if missing
+        module = Module(name=spec, progress=not args.no_progress).prepare()  # installed first if missing
         modules[module.name] = module
-        print(f"{module.label}: {module.predictor}", file=sys.stderr)  # compiled before traffic arrives
+        print(f"{module.label}: {', '.join(f'{role} {p}' for role, p in module.predictors.items())}",
+              file=sys.stderr)  # compiled before traffic arrives
     serve(modules, host=args.host, port=args.port, **options)
 
 
@@ -264,49 +283,184 @@ def _numbers(text: str | None, option: str):
     return values[0] if len(values) == 1 else values
 
 
-def _convert(args):
+def _shapes(specs: list[str] | None) -> dict:
+    """``--input-shape`` values as ``{name or None: (None, d, ...)}``: the batch left open."""
+    shapes = {}
+    for spec in specs or ():
+        name, _, dims = spec.rpartition("=")
+        try:
+            sizes = tuple(None if d.strip() in ("?", "b", "None") else int(d) for d in dims.split(","))
+        except ValueError:
+            raise ValueError(f"--input-shape expects [NAME=]D,D,... with sizes or '?', got {spec!r}") from None
+        if name in shapes or (None in shapes and not name) or any(s is not None and s < 1 for s in sizes):
+            raise ValueError(f"--input-shape {spec!r}: sizes must be positive and each input given once")
+        shapes[name or None] = (None, *sizes[1:])
+    return shapes
+
+
+IMPORTERS = {".onnx": "from_onnx", ".pdmodel": "from_paddle", ".h5": "from_keras", ".hdf5": "from_keras",
+             ".keras": "from_keras"}
+
+
+def _input_names(path: str, importer) -> list[str]:
+    if path.lower().endswith(".onnx"):  # read without converting: ONNX graphs can be large
+        import onnx
+
+        graph = onnx.load(path, load_external_data=False).graph
+        constants = {t.name for t in graph.initializer}
+        return [i.name for i in graph.input if i.name not in constants]
+    return [v.name for v in importer(path).inputs]
+
+
+def _import_model(path: str, shapes: dict, name: str):
+    """The program of an ONNX, Paddle (.pdmodel) or Keras file, or of a saved program."""
     from pathlib import Path
 
-    from paddlejax.hub.manifest import TASKS
-    from paddlejax.hub.writer import write_module
-    from paddlejax.io import load
+    import paddlejax as pj
 
-    if args.task not in TASKS:
-        raise ValueError(f"--task must be one of {', '.join(TASKS)}, got {args.task!r}")
-    processor, files, program = {}, {}, None
-    if args.task.startswith("text"):
-        if not args.tokenizer:
-            raise ValueError(f"--task {args.task} needs --tokenizer tokenizer.json")
-        files["tokenizer.json"] = Path(args.tokenizer)
-        program = load(args.program)
-        names = [v.name for v in program.inputs]
-        processor["text"] = {"tokenizer": "tokenizer.json", "max_length": args.max_length,
-                             "inputs": [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in names]
-                             or ["input_ids", "token_type_ids", "attention_mask"][:len(names)]}
-    else:
-        if not args.image_size:
-            raise ValueError(f"--task {args.task} needs --image-size H,W")
+    suffix = Path(path).suffix.lower()
+    if suffix not in IMPORTERS:
+        if shapes:
+            raise ValueError("--input-shape is for imported models; a saved program's shapes are fixed")
+        return pj.load(path)
+    importer = getattr(pj.convert, IMPORTERS[suffix])
+    if None in shapes:
+        inputs = _input_names(path, importer)
+        if len(inputs) != 1:
+            raise ValueError(f"{path} has inputs {inputs}: name the one --input-shape is for (NAME=D,D,...)")
+        shapes = {inputs[0]: shapes.pop(None), **shapes}
+    return importer(path, input_shapes=shapes or None, name=name)
+
+
+def _image_layout(program, args) -> tuple[str, list[int], int]:
+    """The layout, (height, width) and channels of an image program, from its input's shape
+    where the options leave them out."""
+    shape = program.inputs[0].type.shape if len(program.inputs) == 1 else ()
+    if len(shape) != 4:
+        raise ValueError(f"an image module's program takes one batch of images [b, C, H, W] or [b, H, W, C], "
+                         f"got {', '.join(str(v.type) for v in program.inputs)}")
+    layout = args.layout or ("NHWC" if shape[3] in (1, 3) and shape[1] not in (1, 3) else "NCHW")
+    channels, *size = (shape[1], shape[2], shape[3]) if layout == "NCHW" else (shape[3], shape[1], shape[2])
+    if args.image_size:
         size = [int(v) for v in args.image_size.split(",")]
-        processor["image"] = {"size": size, "mode": args.mode, "layout": args.layout, "scale": args.scale,
-                              **{k: v for k, v in (("mean", _numbers(args.mean, "--mean")),
-                                                   ("std", _numbers(args.std, "--std"))) if v is not None}}
-    if args.labels:
-        if Path(args.labels).is_file():
-            files["labels.txt"] = Path(args.labels)
-            processor["labels"] = "labels.txt"
-        else:
-            processor["labels"] = [s.strip() for s in args.labels.split(",")]
-    if args.task in ("text-embedding",):
-        processor["postprocess"] = {"kind": "embedding", "normalize": args.normalize}
-    else:
-        post = {"kind": "classification", "activation": args.activation}
-        if args.threshold is not None:
-            post["threshold"] = args.threshold
-        processor["postprocess"] = post
-    m = write_module(args.output, programs={"model": program or load(args.program)}, files=files, name=args.name,
-                     version=args.module_version, task=args.task, summary=args.summary, license=args.license,
-                     processor=processor)
-    from paddlejax.hub.module import Module
+    if len(size) != 2 or not all(isinstance(d, int) for d in size):
+        raise ValueError(f"the program's image size is open ({program.inputs[0].type}): give --image-size H,W "
+                         f"or fix it with --input-shape")
+    return layout, size, channels
 
-    Module(directory=args.output)  # the processor spec is checked against the program now, not at install
+
+def _convert(args):
+    import re
+    import shutil
+    from pathlib import Path
+
+    from paddlejax.hub.module import Module
+    from paddlejax.hub.writer import write_module
+
+    if args.task not in CONVERT_TASKS:
+        raise ValueError(f"--task must be one of {', '.join(CONVERT_TASKS)}, got {args.task!r}"
+                         + (" (an OCR module of several models is built in: ppocr_v4)" if args.task == "ocr" else ""))
+    source = Path(args.model)
+    if not (source.is_file() or Path(f"{source}.json").is_file()):
+        raise ValueError(f"{args.model}: no such model file")
+    name = args.name or re.sub(r"[^a-z0-9_.-]+", "_", source.stem.lower()).strip("_.-") or "model"
+    program = _import_model(args.model, _shapes(args.input_shape), name)
+    processor, files = {}, {}
+    stage = {"text-detection": "det", "text-recognition": "rec"}.get(args.task)
+    task = "ocr" if stage else args.task
+    if task.startswith("text"):
+        processor.update(_text_processor(args, program, files))
+    elif task == "ocr":
+        processor.update(_ocr_processor(args, program, files))
+    else:
+        processor.update(_image_processor(args, program, files))
+    m = write_module(args.output, programs={stage or "model": program},
+                     files=files, name=name, version=args.module_version, task=task, summary=args.summary,
+                     license=args.license, processor=processor)
+    try:
+        Module(directory=args.output).check_programs()  # a mismatch is refused now, not on the first request
+    except Exception:
+        shutil.rmtree(args.output, ignore_errors=True)
+        raise
     print(f"wrote {m.label} ({m.task}) to {args.output}: {', '.join(sorted(m.files))}")
+
+
+def _text_processor(args, program, files) -> dict:
+    from pathlib import Path
+
+    if not args.tokenizer:
+        raise ValueError(f"--task {args.task} needs --tokenizer tokenizer.json")
+    files["tokenizer.json"] = Path(args.tokenizer)
+    names = [v.name for v in program.inputs]
+    text = {"tokenizer": "tokenizer.json", "max_length": args.max_length,
+            "inputs": [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in names]
+            or ["input_ids", "token_type_ids", "attention_mask"][:len(names)]}
+    post = {"kind": "embedding", "normalize": args.normalize} if args.task == "text-embedding" else \
+        _classification(args, program)
+    return {"text": text, **_labels(args, files), "postprocess": post}
+
+
+def _image_processor(args, program, files) -> dict:
+    layout, size, channels = _image_layout(program, args)
+    image = {"size": size, "mode": args.mode or ("L" if channels == 1 else "RGB"), "layout": layout,
+             "scale": args.scale, **{k: v for k, v in (("mean", _numbers(args.mean, "--mean")),
+                                                       ("std", _numbers(args.std, "--std"))) if v is not None}}
+    return {"image": image, **_labels(args, files), "postprocess": _classification(args, program)}
+
+
+def _classification(args, program) -> dict:
+    ends_in_softmax = bool(program.outputs) and getattr(program.outputs[0].producer, "type", None) == "softmax"
+    post = {"kind": "classification", "activation": args.activation or ("none" if ends_in_softmax else "softmax")}
+    if args.threshold is not None:
+        post["threshold"] = args.threshold
+    return post
+
+
+def _labels(args, files) -> dict:
+    from pathlib import Path
+
+    if not args.labels:
+        return {}
+    if Path(args.labels).is_file():
+        files["labels.txt"] = Path(args.labels)
+        return {"labels": "labels.txt"}
+    return {"labels": [s.strip() for s in args.labels.split(",")]}
+
+
+def _ocr_processor(args, program, files) -> dict:
+    """A one-stage OCR module: a text detector (DB) or a text line recogniser (CTC), with
+    PaddleOCR's normalisation and RapidOCR's settings."""
+    layout, (height, width), channels = _image_layout(program, args)
+    if layout != "NCHW" or channels != 3:
+        raise ValueError(f"--task {args.task} takes PaddleOCR's programs: 3-channel NCHW images, got "
+                         f"{program.inputs[0].type}")
+    image = {"mode": args.mode or "BGR", "scale": args.scale, "layout": "NCHW",
+             "mean": _numbers(args.mean, "--mean") or [0.5] * 3, "std": _numbers(args.std, "--std") or [0.5] * 3}
+    if args.task == "text-detection":
+        # as PaddleOCR's own default: larger images shrunk to the program's size, smaller ones kept
+        return {"image": image, "postprocess": {"kind": "ocr", "det": {
+            "kind": "db_text_boxes", "programs": ["det"], "limit_type": "max", "limit_side_len": max(height, width)}}}
+    characters = _dictionary(args)
+    classes = program.outputs[0].type.shape[-1]
+    if classes not in (len(characters) + 1, len(characters) + 2):
+        raise ValueError(f"the dictionary has {len(characters)} characters but the recogniser gives {classes} classes "
+                         f"(expected the characters, the CTC blank and maybe a space)")
+    files["dictionary.txt"] = "\n".join(characters) + "\n"
+    return {"image": image, "postprocess": {"kind": "ocr", "rec": {
+        "kind": "ctc_decode", "programs": ["rec"], "dictionary": "dictionary.txt",
+        "use_space_char": classes == len(characters) + 2, "blank": 0}}}
+
+
+def _dictionary(args) -> list[str]:
+    from pathlib import Path
+
+    if args.dictionary:
+        text = Path(args.dictionary).read_text(encoding="utf-8")
+        return [line.rstrip("\r") for line in text.rstrip("\n").split("\n")]
+    if Path(args.model).suffix.lower() == ".onnx":
+        import onnx
+
+        metadata = {p.key: p.value for p in onnx.load(args.model, load_external_data=False).metadata_props}
+        if "character" in metadata:
+            return metadata["character"].splitlines()
+    raise ValueError("--task text-recognition needs --dictionary FILE (one character a line): the model carries none")

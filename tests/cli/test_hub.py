@@ -53,6 +53,16 @@ def test_publish_search_download_and_install_from_a_registry(tmp_path, capsys):
     assert len(results) == 1 and len(results[0]) == 2 and {"label", "score"} <= set(results[0][0])
 
 
+def test_run_reads_the_text_of_images_with_an_ocr_module(tmp_path, capsys):
+    tiny.write_ocr_module(tmp_path / "m")
+    assert run(capsys, "install", tmp_path / "m")[1] == "installed tiny_ocr 1.0.0 (ocr)\n"
+    pixels = np.full((64, 128), 255)
+    pixels[16:48, 16:56] = 0
+    (tmp_path / "blocks.png").write_bytes(tiny.png(pixels))
+    [lines] = json.loads(run(capsys, "run", "tiny_ocr", "--input", tmp_path / "blocks.png")[1])
+    assert [line["text"] for line in lines] == ["a"] and len(lines[0]["box"]) == 4
+
+
 def test_config_sets_and_unsets_registries_and_home(tmp_path, capsys):
     run(capsys, "config", "registries", "https://a.example/hub", str(tmp_path / "reg"))
     shown = json.loads(run(capsys, "config")[1])
@@ -83,7 +93,8 @@ def test_convert_makes_a_module_from_a_saved_program(tmp_path, capsys):
     (["run", "nope", "--input", "x"], "no module nope"),
     (["config", "colour", "red"], "unknown hub setting 'colour'"),
     (["publish", "/nonexistent", "--registry", "/tmp/r"], "is not a module"),
-    (["convert", "/nonexistent", "--task", "ocr", "--name", "x", "-o", "/tmp/x"], "needs --image-size"),
+    (["convert", "/nonexistent", "--task", "ocr", "--name", "x", "-o", "/tmp/x"], "is built in: ppocr_v4"),
+    (["convert", "/nonexistent.onnx", "--task", "image-classification", "-o", "/tmp/x"], "no such model file"),
     (["convert", "/nonexistent", "--task", "poetry", "--name", "x", "-o", "/tmp/x"], "--task must be one of"),
     (["install", "Bad Name"], "module name 'Bad' is not"),
 ])

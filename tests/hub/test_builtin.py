@@ -37,5 +37,5 @@ def test_all_minilm_l6_v2_gives_the_zoo_encoders_vectors():
 
 def test_unknown_recipes_list_the_built_in_ones(tmp_path):
     with pytest.raises(HubError, match="no built-in module nope; the built-in modules are all_minilm_l6_v2, "
-                                       "digits_cnn, minilm_bbc_news"):
+                                       "digits_cnn, fer_emotion, minilm_bbc_news, ppocr_v4"):
         builtin.build("nope", tmp_path / "x")

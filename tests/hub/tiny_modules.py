@@ -72,3 +72,41 @@ def png(pixels: np.ndarray) -> bytes:
     out = io.BytesIO()
     Image.fromarray(pixels.astype(np.uint8)).save(out, format="PNG")
     return out.getvalue()
+
+
+OCR_CHARACTERS = ["a", "b"]  # with the blank first and a space last: 4 classes
+
+
+def ocr_programs(det_size=(32, 64), rec_size=(8, 32)):
+    """A tiny detector (dark pixels are text) and recogniser (dark quarters of a line read
+    'a', others nothing: the padding too) over PP-OCR's normalised BGR batches ``[b, 3, H, W]``."""
+    import jax
+
+    def det(x):
+        return jax.nn.sigmoid(-6.0 * x.mean(axis=1, keepdims=True) - 2.0)
+
+    def rec(x):
+        dark = (1.0 - x.mean(axis=(1, 2))) / 2  # [b, W]: 1 where black
+        steps = dark.reshape(dark.shape[0], 4, -1).mean(-1)  # [b, 4]
+        logits = jnp.stack([8 * (0.75 - steps), 8 * (steps - 0.75), jnp.full_like(steps, -8.0),
+                            jnp.full_like(steps, -8.0)], axis=-1)
+        return jax.nn.softmax(logits, axis=-1)
+
+    return (pj.trace(det, pj.InputSpec((None, 3, *det_size), "float32", name="x"), name="tiny_det"),
+            pj.trace(rec, pj.InputSpec((None, 3, *rec_size), "float32", name="x"), name="tiny_rec"))
+
+
+def write_ocr_module(directory, name="tiny_ocr", characters=OCR_CHARACTERS, programs=None, **postprocess):
+    """A tiny OCR module: detector on a 32x64 canvas (long side brought to 64), recogniser of
+    8x32 lines, no direction classifier; ``programs`` (det, rec) and ``postprocess`` replace
+    its programs and sections of its spec."""
+    det, rec = programs or ocr_programs()
+    spec = {"kind": "ocr",
+            "det": {"kind": "db_text_boxes", "programs": ["det"], "limit_type": "max", "limit_side_len": 64,
+                    "unclip_ratio": 0.2},
+            "rec": {"kind": "ctc_decode", "programs": ["rec"], "dictionary": "chars.txt", "score_threshold": 0.5},
+            **postprocess}
+    return write_module(directory, programs={"det": det, "rec": rec}, files={"chars.txt": "\n".join(characters) + "\n"},
+                        name=name, version="1.0.0", task="ocr", summary="A tiny OCR module for tests",
+                        processor={"image": {"mode": "BGR", "mean": [0.5] * 3, "std": [0.5] * 3},
+                                   "postprocess": spec}, predictor={"max_batch_size": 4})
