@@ -31,7 +31,7 @@ def _module_root(extracted: Path) -> Path:
     entries = list(extracted.iterdir())
     if len(entries) == 1 and entries[0].is_dir() and (entries[0] / manifest.MANIFEST).is_file():
         return entries[0]
-    raise HubError(f"the archive holds no module.json at its root or in a single top folder")
+    raise HubError("the archive holds no module.json at its root or in a single top folder")
 
 
 def install_archive(path, *, sha256: str | None = None, force: bool = False, progress: bool = True

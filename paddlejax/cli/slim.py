@@ -136,8 +136,6 @@ def add_arguments(p) -> None:
 
 
 def _calibration_batches(path: str, batch_size: int, program) -> list:
-    import numpy as np
-
     if batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {batch_size}")
     if zipfile.is_zipfile(path):

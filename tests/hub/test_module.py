@@ -1,13 +1,11 @@
 """pj.hub.Module: a module directory, verified, with its processor and task methods."""
 import base64
 import json
-import shutil
 
 import numpy as np
 import pytest
 
-import paddlejax as pj
-from paddlejax.hub import manifest, store
+from paddlejax.hub import store
 from paddlejax.hub.errors import HubError, ModuleFormatError, ModuleNotFound, RequestError
 from paddlejax.hub.module import Module
 from paddlejax.hub.serving import Limits
