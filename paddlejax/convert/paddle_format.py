@@ -10,9 +10,9 @@
   ``uint32`` version, ``int32`` byte size of a ``TensorDesc`` protobuf (dtype and dims), the
   ``TensorDesc``, then the raw little-endian data (:func:`read_params`).
 
->>> desc = program_desc_class()()
+>>> desc = message_class("ProgramDesc")()
 >>> op = desc.blocks.add(idx=0, parent_idx=-1).ops.add(type="relu")
->>> program_desc_class().FromString(desc.SerializeToString()).blocks[0].ops[0].type
+>>> message_class("ProgramDesc").FromString(desc.SerializeToString()).blocks[0].ops[0].type
 'relu'
 """
 from __future__ import annotations
@@ -60,7 +60,8 @@ _SCHEMA = {
     "ProgramDesc": [("blocks", 1, "BlockDesc", True), ("version", 4, "Version", False)],
 }
 
-# OpDesc.Attr's AttrType -> the field holding the value
+# OpDesc.Attr's AttrType -> the field holding the value; BLOCK and BLOCKS name control flow's sub-blocks
+BLOCK_ATTRS = (8, 10)
 ATTR_FIELDS = {0: "i", 1: "f", 2: "s", 3: "ints", 4: "floats", 5: "strings", 6: "b", 7: "bools", 8: "block_idx",
                9: "l", 10: "blocks_idx", 11: "longs", 12: "float64s", 13: "var_name", 14: "vars_name",
                15: "float64", 16: "scalar", 17: "scalars"}
@@ -88,9 +89,9 @@ def _messages() -> dict:
             for name in _SCHEMA}
 
 
-def program_desc_class():
-    """The ``ProgramDesc`` message class (the subset of Paddle's schema the importer reads)."""
-    return _messages()["ProgramDesc"]
+def message_class(name: str):
+    """The message class ``name`` of :data:`_SCHEMA` (``ProgramDesc``, ``TensorDesc``...)."""
+    return _messages()[name]
 
 
 def _read_bytes(source, what: str) -> bytes:
@@ -106,7 +107,7 @@ def read_program_desc(source):
     """The ``ProgramDesc`` of a ``.pdmodel`` file (or its bytes); ConversionError if unreadable."""
     data = _read_bytes(source, "program")
     try:
-        desc = program_desc_class().FromString(data)
+        desc = message_class("ProgramDesc").FromString(data)
     except Exception as error:  # the protobuf parser's errors name no common base class
         raise ConversionError(f"from_paddle: {_label(source)} is not a Paddle ProgramDesc "
                               f"({type(error).__name__}: {error})") from None
@@ -152,7 +153,7 @@ def read_params(source, names: list[str], shapes: dict[str, tuple] | None = None
     Truncated files, extra bytes, a wrong tensor count and mismatched shapes are errors.
     """
     data = memoryview(_read_bytes(source, "parameter"))
-    tensor_desc = _messages()["TensorDesc"]
+    tensor_desc = message_class("TensorDesc")
     ordered = sorted(names)
     params, pos = {}, 0
 

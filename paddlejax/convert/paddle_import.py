@@ -119,7 +119,7 @@ def legacy_graph(desc, renames) -> Graph:
         if op.type == "fetch":
             fetches[int(attrs.get("col", 0))] = ins["X"][0]
             continue
-        if any(op_attr_is_block(a) for a in op.attrs):
+        if any(a.type in paddle_format.BLOCK_ATTRS for a in op.attrs):
             nodes.append(Node(op.type, {}, [], {"__control_flow__": True}, f"op {index}"))
             continue
         new_type, attr_renames = renames.get(op.type, (op.type, {}))
@@ -148,10 +148,6 @@ def legacy_graph(desc, renames) -> Graph:
     if not fetches:
         raise ConversionError("from_paddle: the program has no fetch ops, so it names no outputs")
     return Graph(inputs, nodes, [fetches[c] for c in sorted(fetches)], params)
-
-
-def op_attr_is_block(attr) -> bool:
-    return attr.type in (8, 10)  # BLOCK, BLOCKS: a control-flow op's sub-block
 
 
 # -- PIR JSON ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ CODES = {np.dtype(v): k for k, v in paddle_format.DTYPES.items()}
 
 def pdiparams(arrays: dict) -> bytes:
     """The .pdiparams bytes of ``arrays``, in the sorted order of their names."""
-    tensor_desc = paddle_format._messages()["TensorDesc"]
+    tensor_desc = paddle_format.message_class("TensorDesc")
     out = b""
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
@@ -24,7 +24,7 @@ def pdiparams(arrays: dict) -> bytes:
 def program(inputs: dict, ops: list, outputs: list, params: dict | None = None) -> bytes:
     """A legacy ProgramDesc: ``inputs`` name -> (dims, dtype); ``ops`` as
     ``(type, {slot: [vars]}, {slot: [vars]}, {attr: value})``; ``params`` name -> array."""
-    desc = paddle_format.program_desc_class()()
+    desc = paddle_format.message_class("ProgramDesc")()
     block = desc.blocks.add(idx=0, parent_idx=-1)
 
     def var(name, dims, dtype, persistable=False):

@@ -177,7 +177,7 @@ def test_control_flow_is_named():
     desc = program({"x": ([2], np.float32)}, [], ["x"])
     from paddlejax.convert import paddle_format
 
-    parsed = paddle_format.program_desc_class().FromString(desc)
+    parsed = paddle_format.message_class("ProgramDesc").FromString(desc)
     op = parsed.blocks[0].ops.add(type="conditional_block")
     attr = op.attrs.add(name="sub_block")
     attr.type, attr.block_idx = 8, 1
@@ -225,7 +225,7 @@ def test_hostile_parameter_headers_and_json_are_refused():
 
     from paddlejax.convert import paddle_format
 
-    desc = paddle_format._messages()["TensorDesc"](data_type=5, dims=[2 ** 40, 2 ** 40]).SerializeToString()
+    desc = paddle_format.message_class("TensorDesc")(data_type=5, dims=[2 ** 40, 2 ** 40]).SerializeToString()
     huge = struct.pack("<IQI", 0, 0, 0) + struct.pack("<i", len(desc)) + desc + b"\x00" * 16
     with pytest.raises(ConversionError, match="ends inside parameter 'w'"):
         paddle_format.read_params(huge, ["w"])

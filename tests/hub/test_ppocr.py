@@ -300,7 +300,8 @@ def test_ppocr_v4_reads_what_rapidocr_reads_in_process_and_over_http(tmp_path):
     from paddlejax.hub import builtin
     from paddlejax.hub.serving import create_app
 
-    builtin.build("ppocr_v4", tmp_path / "ppocr_v4", progress=False)
+    # the detector sizes these images use (the full module adds five more for other page shapes)
+    builtin.build("ppocr_v4", tmp_path / "ppocr_v4", progress=False, det_sizes=((736, 1920), (736, 2944)))
     ppocr = pj.hub.Module(directory=tmp_path / "ppocr_v4")
     line, text = rendered_line(), data.text()
     results = ppocr.recognize_text([line, text, np.ascontiguousarray(line[::-1, ::-1])])
