@@ -12,6 +12,7 @@ rapidocr runs them. Ratios over 1 mean ours is faster.
 
     python benchmarks/importers.py              # 1 and 2 threads, det and rec
     python benchmarks/importers.py --quick      # a smoke test
+    python benchmarks/importers.py --ocr-int8   # the OCR module's text, fp32 vs int8 recogniser
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ HERE = Path(__file__).resolve().parent
 MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "rec": "ch_PP-OCRv4_rec_infer.onnx"}
 LINES = ["Hello paddlejax 2026", "Invoice No. 48213", "Total: 1,024.50 EUR", "OCR on XLA", "PP-OCRv4 rec",
          "Deliver by 12 May"]
+
+
+QUANT_OPTIONS: dict = {"algo": "mse"}
 
 
 def model_path(key: str) -> str:
@@ -94,14 +98,14 @@ def characters(path: str) -> list[str]:
     return ["<blank>", *meta["character"].splitlines(), " "]
 
 
-def calibration_lines(batches: int = 4, batch: int = 8):
+def calibration_lines(batches: int = 4, batch: int = 8, width: int = 320):
     """Random strings rendered as text lines: calibration data that is not the lines measured."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     alphabet = list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 .,:-/")
     texts = ["".join(rng.choice(alphabet, rng.integers(4, 20))) for _ in range(batches * batch)]
-    return [np.stack([rendered(t, 48, 320) for t in texts[i:i + batch]]) for i in range(0, len(texts), batch)]
+    return [np.stack([rendered(t, 48, width) for t in texts[i:i + batch]]) for i in range(0, len(texts), batch)]
 
 
 def worker(args: dict) -> None:
@@ -134,7 +138,7 @@ def worker(args: dict) -> None:
         program = pj.convert.from_onnx(path, input_shapes={"x": (None, *x.shape[1:])})
         info["convert_s"] = time.perf_counter() - start
         if config == "Predictor int8":
-            program = pj.slim.quant_post(program, calibration_lines(), algo="mse", progress=False)
+            program = pj.slim.quant_post(program, calibration_lines(), progress=False, **QUANT_OPTIONS)
         start = time.perf_counter()
         call_predictor = Predictor(program, Config(max_batch_size=len(x), batch_buckets=(len(x),), progress=False))
         info["create_s"] = time.perf_counter() - start
@@ -171,6 +175,36 @@ def measure(key: str, threads: int, args) -> dict:
             "ms": {k: 1e3 * statistics.median(v) for k, v in seconds.items()}}
 
 
+def ocr_int8_check() -> None:
+    """The ``ppocr_v4`` hub module's text with its recogniser in fp32 and in PTQ int8 (mse
+    calibration on random strings), on the rendered line of the tests, ``skimage.data.text()``
+    and a rendered three-line page: the issue's "text unchanged on the test images"."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+    from skimage import data
+
+    import paddlejax as pj
+
+    module = pj.hub.Module(name="ppocr_v4")
+    pipeline = module.ocr
+    line = Image.new("L", (448, 96), 255)
+    ImageDraw.Draw(line).text((16, 24), "Hello paddlejax 2026", fill=0, font=ImageFont.load_default(size=36))
+    page = Image.new("L", (640, 224), 255)
+    for i, text in enumerate(LINES[:3]):
+        ImageDraw.Draw(page).text((24, 20 + 66 * i), text, fill=0, font=ImageFont.load_default(size=36))
+    images = {"rendered line": np.asarray(line), "skimage text": data.text(), "rendered page": np.asarray(page)}
+    pixels = dict(zip(images, module.image.pixels(list(images.values()))))
+    fp32 = {name: [r["text"] for r in pipeline(p)] for name, p in pixels.items()}
+    roles = {module.load_program(role).inputs[0].type.shape[3]: role for role in module.postprocess["rec"]["programs"]}
+    for width, role in roles.items():
+        pipeline.rec[width] = pj.slim.quant_post(module.load_program(role), calibration_lines(width=width),
+                                                 progress=False, **QUANT_OPTIONS)
+    int8 = {name: [r["text"] for r in pipeline(p)] for name, p in pixels.items()}
+    print(f"\nppocr_v4 text, recogniser fp32 vs PTQ int8 ({QUANT_OPTIONS}):")
+    for name in images:
+        print(f"  {name}: fp32 {fp32[name]}; int8 {compare_text(int8[name], fp32[name])}")
+
+
 def compare_text(got: list[str], want: list[str]) -> str:
     """How ``got`` reads against ``want``: the same, the same but for spaces at the ends of lines
     (CTC's space class at a line's edge), or ``got`` itself."""
@@ -194,7 +228,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--block-seconds", type=float, default=0.5)
     parser.add_argument("--quick", action="store_true", help="tiny: small det input, 2 rounds")
+    parser.add_argument("--ocr-int8", action="store_true",
+                        help="instead of timing: the ppocr_v4 module's text with an fp32 and an int8 recogniser")
     args = parser.parse_args(argv)
+    if args.ocr_int8:
+        ocr_int8_check()
+        return 0
     args.det_size = [int(v) for v in args.det_size.split(",")]
     if args.quick:
         args.det_size, args.rec_batch, args.rounds, args.block_seconds = [64, 96], 2, 2, 0.05
