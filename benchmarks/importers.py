@@ -30,8 +30,7 @@ HERE = Path(__file__).resolve().parent
 MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "rec": "ch_PP-OCRv4_rec_infer.onnx"}
 LINES = ["Hello paddlejax 2026", "Invoice No. 48213", "Total: 1,024.50 EUR", "OCR on XLA", "PP-OCRv4 rec",
          "Deliver by 12 May"]
-
-
+# how the int8 recogniser is made (pj.slim.quant_post's options), for the benchmark and the OCR check
 QUANT_OPTIONS: dict = {"algo": "mse"}
 
 
