@@ -29,7 +29,8 @@ COMMANDS = {
     "config": "show or change the hub's settings (home, registries)",
     "clear": "empty the download cache and work directory (--all: uninstall everything too)",
     "publish": "add a module directory to a static registry directory",
-    "convert": "make a module from an ONNX model, a Keras .h5 model or a saved program, with the task's processor",
+    "convert": "make a module from an ONNX, Paddle (.pdmodel) or Keras (.h5) model or a saved program, with "
+               "the task's processor",
 }
 
 
