@@ -35,7 +35,7 @@ import numpy as np
 from paddlejax._extras import require
 from paddlejax.capture import CaptureError, InputSpec, trace
 from paddlejax.convert.errors import ConversionError
-from paddlejax.convert.values import Weight, as_value
+from paddlejax.convert.values import Weight, as_value, override_dims
 from paddlejax.convert.values import runtime_dtype as _runtime_dtype
 from paddlejax.ir import Program
 
@@ -158,15 +158,7 @@ def _input_specs(graph, constants, input_shapes) -> list[InputSpec]:
                     symbols[key] = clean if clean not in symbols.values() else f"{clean}_{len(symbols)}"
                 dims.append(symbols[key])
         if v.name in input_shapes:
-            given = tuple(input_shapes[v.name])
-            if len(given) != len(dims):
-                raise ConversionError(f"from_onnx: input_shapes['{v.name}'] has {len(given)} dims, the model's input "
-                                      f"has {len(dims)} ({tuple(dims)})")
-            for axis, (g, d) in enumerate(zip(given, dims)):
-                if isinstance(d, int) and g is not None and g != d:
-                    raise ConversionError(f"from_onnx: input_shapes['{v.name}'] sets axis {axis} to {g}, but the "
-                                          f"model fixes it to {d}")
-            dims = [d if g is None else g if isinstance(g, str) else int(g) for g, d in zip(given, dims)]
+            dims = override_dims("from_onnx", v.name, dims, input_shapes[v.name])
         specs.append(InputSpec(tuple(dims), _runtime_dtype(dtype), name=v.name))
     return specs
 

@@ -36,7 +36,7 @@ import numpy as np
 from paddlejax.capture import CaptureError, InputSpec, trace
 from paddlejax.convert import paddle_format
 from paddlejax.convert.errors import ConversionError
-from paddlejax.convert.values import Weight, as_value, runtime_dtype
+from paddlejax.convert.values import Weight, as_value, override_dims, runtime_dtype
 from paddlejax.ir import Program
 
 # the PIR format versions whose layout this importer reads (Paddle 3.0 to 3.3 write 1 to 4)
@@ -305,15 +305,7 @@ def _input_specs(graph: Graph, input_shapes) -> list[InputSpec]:
     for name, dims, dtype in graph.inputs:
         dims = ["b" if d < 0 and axis == 0 else f"d{axis}" if d < 0 else d for axis, d in enumerate(dims)]
         if name in input_shapes:
-            given = tuple(input_shapes[name])
-            if len(given) != len(dims):
-                raise ConversionError(f"from_paddle: input_shapes['{name}'] has {len(given)} dims, the model's input "
-                                      f"has {len(dims)} ({tuple(dims)})")
-            for axis, (g, d) in enumerate(zip(given, dims)):
-                if isinstance(d, int) and g is not None and g != d:
-                    raise ConversionError(f"from_paddle: input_shapes['{name}'] sets axis {axis} to {g}, but the "
-                                          f"model fixes it to {d}")
-            dims = [d if g is None else g if isinstance(g, str) else int(g) for g, d in zip(given, dims)]
+            dims = override_dims("from_paddle", name, dims, input_shapes[name])
         specs.append(InputSpec(tuple(dims), runtime_dtype(dtype), name=name))
     return specs
 

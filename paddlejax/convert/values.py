@@ -82,5 +82,26 @@ def shape_of(v) -> tuple:
     return np.shape(v) if isinstance(v, np.ndarray) else tuple(v.shape)
 
 
+def override_dims(importer: str, name: str, dims: list, given) -> list:
+    """An input's ``dims`` with the user's ``input_shapes[name]`` applied: ``None`` keeps a
+    size, an int fixes a dynamic one, a string names it (``32*h``); a wrong rank or a
+    conflict with a size the model fixes is a ConversionError naming ``importer``.
+
+    >>> override_dims("from_onnx", "x", ["b", 3, "h"], (None, None, 64))
+    ['b', 3, 64]
+    """
+    from paddlejax.convert.errors import ConversionError
+
+    given = tuple(given)
+    if len(given) != len(dims):
+        raise ConversionError(f"{importer}: input_shapes['{name}'] has {len(given)} dims, the model's input "
+                              f"has {len(dims)} ({tuple(dims)})")
+    for axis, (g, d) in enumerate(zip(given, dims)):
+        if isinstance(d, int) and g is not None and g != d:
+            raise ConversionError(f"{importer}: input_shapes['{name}'] sets axis {axis} to {g}, but the "
+                                  f"model fixes it to {d}")
+    return [d if g is None else g if isinstance(g, str) else int(g) for g, d in zip(given, dims)]
+
+
 def is_static(shape) -> bool:
     return all(isinstance(d, (int, np.integer)) for d in shape)
