@@ -30,7 +30,7 @@ from jax import lax
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs
 from paddlejax.ops.common import input_error
 from paddlejax.ops.quant import (_ANY_RANK, _SCALE_RANK, _axis_attr, _check_bias, _linear_flops, _require_dtype,
-                                 _scale_along)
+                                 _scale_along, inverse_scale)
 from paddlejax.ops.registry import Input, define, elementwise_flops
 from paddlejax.ops.traits import Traits
 
@@ -40,10 +40,8 @@ FP8_MAX = 448.0  # the largest finite e4m3fn value
 
 def _to_fp8(x, scale):
     """``e4m3(clip(x * (448 / scale), -448, 448))`` with ``scale`` broadcast against ``x``;
-    0 where ``scale <= 0``."""
-    positive = scale > 0
-    inverse_step = jnp.where(positive, FP8_MAX / jnp.where(positive, scale, 1), 0)
-    return jnp.clip(x * inverse_step, -FP8_MAX, FP8_MAX).astype(FP8)
+    0 where the scale is not usable (see :func:`~paddlejax.ops.quant.inverse_scale`)."""
+    return jnp.clip(x * inverse_scale(scale, FP8_MAX), -FP8_MAX, FP8_MAX).astype(FP8)
 
 
 def _quantize_fp8(x, scale, *, axis):

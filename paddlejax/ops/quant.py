@@ -7,7 +7,7 @@ Conventions (Paddle's):
   of zero, and a **scale is the absolute maximum** of the range, not the step:
   ``q = clip(round(x / scale * qmax), -qmax, qmax)`` and ``x ~ q * scale / qmax``.
   ``round`` is round-half-to-even (``jnp.round``). A scale that is not positive (an all-zero
-  channel) quantizes everything to 0.
+  channel), or too small for its reciprocal to be finite, quantizes everything to 0.
 - A scale of shape ``()`` is per tensor; a scale of shape ``(C,)`` is per channel along the
   ``axis`` attribute (``C`` must be the size of that axis). The quantized ops take the weight's
   per-output-channel scale directly.
@@ -90,11 +90,22 @@ def _scale_along(op: str, name: str, scale, shape, axis):
     return scale.reshape([-1 if i == axis else 1 for i in range(len(shape))])
 
 
+def inverse_scale(scale, levels):
+    """``levels / scale``, or 0 where that is no finite positive number: a scale that is not
+    positive (an all-zero channel), or so small that the quotient overflows (a channel of
+    denormal weights), quantizes everything to 0 instead of to NaN.
+
+    >>> inverse_scale(jnp.array([2.0, 0.0, 1e-38]), 127.0).tolist()
+    [63.5, 0.0, 0.0]
+    """
+    usable = scale > levels / jnp.finfo(jnp.result_type(scale)).max
+    return jnp.where(usable, levels / jnp.where(usable, scale, 1), 0)
+
+
 def _quantize_values(x, scale, levels: int):
-    """``clip(round(x * (levels / scale)), -levels, levels)`` as floats; 0 where ``scale <= 0``."""
-    positive = scale > 0
-    inverse_step = jnp.where(positive, levels / jnp.where(positive, scale, 1), 0)
-    return jnp.clip(jnp.round(x * inverse_step), -levels, levels)
+    """``clip(round(x * (levels / scale)), -levels, levels)`` as floats; 0 where the scale is
+    not usable (see :func:`inverse_scale`)."""
+    return jnp.clip(jnp.round(x * inverse_scale(scale, levels)), -levels, levels)
 
 
 def _dequantize_values(q, scale, levels: int):
@@ -171,8 +182,7 @@ def _asym_quantize(x, low, high, bits: int):
     """``(step, zero_point, q)`` of asymmetric quantization, ``q`` unsigned in
     ``[0, 2**bits - 1]`` as floats."""
     step, zero_point = asym_grid(low, high, bits)
-    inverse_step = 1 / jnp.where(step > 0, step, 1)
-    return step, zero_point, jnp.clip(jnp.round(x * inverse_step) + zero_point, 0, 2 ** bits - 1)
+    return step, zero_point, jnp.clip(jnp.round(x * inverse_scale(step, 1)) + zero_point, 0, 2 ** bits - 1)
 
 
 def _quantize_asym(x, min_value, max_value, *, bits):

@@ -76,6 +76,18 @@ def test_zero_scale_channel_quantizes_to_zero():
     assert fake_quantize(x, scale, axis=1)[:, 0].tolist() == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_scale_too_small_to_invert_quantizes_to_zero_not_nan(jit):
+    # a channel of denormal weights (seen in PP-OCRv4's rec model): its abs-max scale is a
+    # normal float whose reciprocal times 127 overflows, and 0 * inf made the whole channel NaN
+    x = f32([[1e-38, -1e-38], [0.5, -1.0]])
+    scale = f32([1e-37, 1.0])
+    fq = (lambda x, s: fake_quantize(x, s, axis=0))
+    np.testing.assert_array_equal((jax.jit(fq) if jit else fq)(x, scale), f32([[0, 0], [64 / 127, -1]]))
+    assert quantize(x, scale, axis=0).tolist() == [[0, 0], [64, -127]]
+    assert np.asarray(fake_quantize_asym(x, f32(-1e-38), f32(1e-38))).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
 @pytest.mark.parametrize("bits,axis", [(8, None), (4, 0), (8, 1)])
 def test_fake_quantize_is_dequantize_of_quantize(bits, axis):
     x = rand(4, 3) * 2
