@@ -67,6 +67,31 @@ def is_fake_quantized(v: Value) -> bool:
     return v.producer is not None and v.producer.type in FAKE_QUANT
 
 
+def quant_layers(program: Program, types=QUANTIZABLE) -> list[tuple[Op, str]]:
+    """The ops of ``types`` in ``program`` that ``insert_fake_quant`` can quantize, each with the
+    name its ``skip`` option matches: the weight's parameter name (seen through a fake quant),
+    or ``<type>_<k>`` for the k-th matmul of two activations. A conv or linear over a computed
+    weight is left out: there is nothing to store as int8.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda p, x: pj.ops.matmul(pj.ops.linear(x, p["w"]), x), jnp.ones((2, 2)),
+    ...                 params={"w": jnp.ones((2, 2))})
+    >>> [(op.type, name) for op, name in quant_layers(prog)]
+    [('linear', 'w'), ('matmul', 'matmul_0')]
+    """
+    layers, unnamed = [], 0
+    for op in program.walk():
+        if op.type not in types:
+            continue
+        weight = weight_of(op)
+        weight = param_name(weight.producer.operands[0] if is_fake_quantized(weight) else weight)
+        if weight is None and op.type != "matmul":
+            continue
+        layers.append((op, weight or f"{op.type}_{unnamed}"))
+        unnamed += weight is None
+    return layers
+
+
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class InsertFakeQuant(Pass):
@@ -104,18 +129,13 @@ class InsertFakeQuant(Pass):
         skip = re.compile(self.skip) if self.skip else None
         rewriter = Rewriter(program)
         stats = {"ops": 0, "weights": 0, "activations": 0}
-        unnamed = 0
         shared: dict[tuple, Value] = {}  # (activation, block) -> its fake-quantized value
-        for op in [op for op in program.walk() if op.type in types]:
+        for op, name in quant_layers(program, types):
             if any(is_fake_quantized(v) for v in (op.input("x"), weight_of(op))):
                 continue
-            weight = param_name(weight_of(op))
-            if weight is None and op.type != "matmul":
-                continue  # a conv or linear over a computed weight: nothing to store as int8
-            name = weight or f"{op.type}_{unnamed}"
-            unnamed += weight is None
             if skip is not None and skip.search(name):
                 continue
+            weight = param_name(weight_of(op))
             changed = False
             if weight is not None and self.weight_bits:
                 axis = weight_axis(op) if self.channel_wise else None

@@ -13,3 +13,4 @@ from paddlejax.slim.quant.observers import (OBSERVERS, AbsMaxObserver, AvgObserv
 from paddlejax.slim.quant.aware import convert, quant_aware  # noqa: F401
 from paddlejax.slim.quant.post import activation_scales, calibrate, quant_post  # noqa: F401
 from paddlejax.slim.quant.report import LayerError, layer_errors, plot_layer_errors  # noqa: F401
+from paddlejax.slim.quant.sensitivity import LayerSensitivity, quant_sensitivity  # noqa: F401

@@ -125,7 +125,7 @@ def _progress(data, show: bool, desc: str):
 def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterable, algo: str = "hist", *,
                ops: str = "conv2d:depthwise_conv2d:linear:matmul", skip: str = "", weight_bits: int = 8,
                channel_wise: bool = True, act_symmetric: bool = True, bias_correction: bool = False,
-               fold_batch_norm: bool = True, progress: bool = True,
+               fold_batch_norm: bool = True, keep_float: int = 0, progress: bool = True,
                output: str | os.PathLike | None = None, **observer_options) -> Program:
     """The int8 version of a program (or the path of a saved one), calibrated on
     ``calib_data`` with ``algo``; saved to ``output`` when given. ``ops`` and ``skip`` choose
@@ -138,6 +138,9 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
     ``fold_batch_norm`` first folds inference-mode batch norms into the convolutions and linears
     before them (PaddleSlim's ``optimize_model``), so that the weights are quantized as they
     will compute and no float batch norm sits between int8 ops.
+    ``keep_float=k`` leaves the ``k`` layers in float whose quantization alone moves the
+    outputs most on ``calib_data`` (:func:`~paddlejax.slim.quant.quant_sensitivity`, which
+    reads it twice more: pass a list).
     See the module doc for the steps. A layer that no int8 kernel computes (e.g. a matmul of
     an asymmetric activation) stays fake-quantized, in float, with a warning naming it.
 
@@ -163,6 +166,15 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
                          f"not {algo!r}")
     if fold_batch_norm:
         source = run_passes(source, "fold_conv_bn,fold_linear_bn,dce")
+    if keep_float < 0 or (keep_float and weight_only):
+        raise ValueError(f"quant_post: keep_float counts the int8 layers to leave in float (>= 0, with "
+                         f"weight_bits=8), got {keep_float!r}" + (" with weight_bits=4" if keep_float > 0 else ""))
+    if keep_float:
+        from paddlejax.slim.quant.sensitivity import keep_float_pattern, quant_sensitivity
+
+        worst = quant_sensitivity(source, calib_data, algo, ops=ops, skip=skip, fold_batch_norm=False,
+                                  progress=progress, **observer_options)[:keep_float]
+        skip = keep_float_pattern(skip, [s.layer for s in worst])
     fake = run_passes(source, [InsertFakeQuant(ops=ops, skip=skip, weight_bits=weight_bits,
                                                act_bits=0 if weight_only else 8, channel_wise=channel_wise,
                                                act_symmetric=act_symmetric)])
