@@ -4,7 +4,13 @@ import os
 import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="paddlejax-tests-"), "autotune.json")
+# one cache for the run, shared by pytest-xdist's workers (the cache is safe between processes):
+# an op one worker tuned is not timed again by the other
+_run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+_cache = (os.path.join(tempfile.gettempdir(), f"paddlejax-tests-{_run}") if _run
+          else tempfile.mkdtemp(prefix="paddlejax-tests-"))
+os.makedirs(_cache, exist_ok=True)
+os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(_cache, "autotune.json")
 
 import jax  # noqa: E402
 
