@@ -268,10 +268,16 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
     the first calls may compile, or build a library's kernel (oneDNN generates its code then
     and takes a few calls to reach its pace), and that costs nothing later.
 
+    A warm-up call past :func:`lost_at_warmup` of ``slower_than`` ends it there: its time is
+    the result (XLA's int8 depthwise convolution takes seconds where oneDNN's takes 0.1 ms).
+
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
     for _ in range(max(warmup, 1)):
+        start = time.perf_counter()
         jax.block_until_ready(fn(*args))
+        if lost_at_warmup(time.perf_counter() - start, slower_than):
+            return time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -353,6 +359,17 @@ class Plan:
         return f"{self.layout or 'as is'}{', tuned kernels' if self.kernels else ''}"
 
 
+def lost_at_warmup(seconds: float, slower_than: float) -> bool:
+    """Whether a warm-up call of ``seconds`` already loses against ``slower_than`` seconds: it
+    took :data:`WARMUP_LOSS` times as long and :data:`WARMUP_SLACK` more (what a first call's
+    compile or kernel generation may add).
+
+    >>> lost_at_warmup(2.0, 0.001), lost_at_warmup(0.02, 0.001)
+    (True, False)
+    """
+    return seconds > WARMUP_LOSS * slower_than + WARMUP_SLACK
+
+
 def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,
                      deadline: float, race: bool = False, min_seconds: float = 0.0) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns`` on ``args``, round by round: every round calls each
@@ -360,15 +377,24 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
     ``min_seconds`` have been spent timing (small programs get enough rounds for a stable
     statistic); stops at ``deadline`` after at least one round. With ``race``, from the third
     round on a function whose :func:`low_quartile` is past :data:`RACE_MARGIN` times the best
-    one's is called no more (its list is shorter).
+    one's is called no more (its list is shorter), and one whose warm-up call already lost
+    (:func:`lost_at_warmup`) against the fastest warm-up is not timed: its list holds that call.
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
     """
-    for fn in fns.values():
+    warm = {}
+    for label, fn in fns.items():
         for _ in range(max(warmup, 1)):  # the first call may still compile
+            start = time.perf_counter()
             jax.block_until_ready(fn(*args))
+            warm[label] = time.perf_counter() - start
     times: dict[str, list[float]] = {label: [] for label in fns}
     running, began = dict(fns), time.perf_counter()
+    if race:
+        fastest = min(warm.values())
+        for label in [k for k in fns if lost_at_warmup(warm[k], fastest)]:
+            times[label] = [warm[label]]
+            del running[label]
     for i in range(MAX_ROUNDS):
         if i >= repeats and time.perf_counter() - began >= min_seconds:
             break
@@ -498,6 +524,8 @@ def _annotated(program: Program, decisions: list[Decision], kernels: bool) -> Pr
 
 # a candidate whose low quartile passes this multiple of the best so far has lost: it stops being timed
 RACE_MARGIN = 1.3
+# a warm-up call this many times as slow as the best, and WARMUP_SLACK seconds more, has lost
+WARMUP_LOSS, WARMUP_SLACK = 10.0, 0.05
 # the most rounds measure_programs runs to fill its min_seconds
 MAX_ROUNDS = 1000
 # whole-program plans are timed for at least this long together

@@ -323,6 +323,30 @@ def test_a_slow_default_cannot_use_up_the_time_of_the_kernels_ranked_first(prog,
     assert calls.count("default") == 2 and calls[-1] == "default"
 
 
+def test_a_kernel_whose_warm_up_already_lost_is_not_timed_again():
+    # XLA's int8 depthwise convolution took 3 s a call where oneDNN's took 0.1 ms: timed as
+    # usual (a warm-up and at least one run), such defaults cost seconds per op
+    calls = []
+    slow = lambda x: calls.append(x) or time.sleep(1.0) or x  # noqa: E731
+    assert autotune.measure("default", slow, (1,), warmup=1, repeats=5, deadline=float("inf"),
+                            slower_than=0.001) >= 1.0
+    assert len(calls) == 1
+    # without a time to beat, or within the slack a first call's compile may take, it is timed
+    quick = lambda x: calls.append(x) or x  # noqa: E731
+    autotune.measure("default", quick, (1,), warmup=1, repeats=3, deadline=float("inf"), slower_than=0.001)
+    assert len(calls) == 1 + 1 + 3
+
+
+def test_a_plan_whose_warm_up_already_lost_is_not_timed_again():
+    order = []
+    fns = {"tuned": lambda x: order.append("tuned") or x,
+           "as is": lambda x: order.append("as is") or time.sleep(1.0) or x}
+    rounds = autotune.measure_programs(fns, (1,), warmup=1, repeats=3, deadline=float("inf"), race=True)
+    assert order.count("as is") == 1 and order.count("tuned") == 4
+    assert len(rounds["as is"]) == 1 and rounds["as is"][0] >= 1.0
+    assert autotune.fastest_plan(rounds, "as is", 0.03) == "tuned"
+
+
 def test_measure_stops_at_the_deadline():
     calls = []
     fn = lambda x: calls.append(x) or x  # noqa: E731
