@@ -84,3 +84,10 @@ def _hub_home_of_its_own(tmp_path_factory, request):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def pytest_collection_modifyitems(items):
+    """Run the ``slow`` tests first (each group keeps its order): pytest-xdist then hands them
+    out while there is plenty else to balance them against, and the run does not end with one
+    worker on a minute-long notebook while the other idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -71,6 +71,7 @@ def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path)
     np.testing.assert_allclose(launched["predictions"], reference["predictions"][:16], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_pipeline_whose_stages_span_two_processes_trains_like_one_process(tmp_path):
     _, launched, reference = launched_and_reference(tmp_path, "pipeline")
     assert np.abs(reference["6.bias"]).max() > 0.05  # it did train (biases start at zero)

@@ -98,6 +98,7 @@ def test_pretrained_loads_a_local_weights_file(model, reloads_pretrained):
         mobilenet_v2(path, scale=0.35, num_classes=5)
 
 
+@pytest.mark.slow
 def test_a_few_steps_fit_one_batch():
     nn.seed(0)
     # eight rows: batch statistics of four rows at the 1x1 last stage made the loss jump about

@@ -85,6 +85,7 @@ def test_sensitive_pruning_reaches_its_flops_target(network_and_images, tmp_path
     assert (tmp_path / "sens.json").exists()  # resumable, as the pruning module's sensitivity() writes it
 
 
+@pytest.mark.slow
 def test_auto_pruning_with_the_sa_controllers_settings_then_fsp_distillation(network_and_images):
     prog, x = network_and_images
     doc = config({"auto": {"class": "AutoPruneStrategy", "pruner": "pruner_1", "controller": "sa",

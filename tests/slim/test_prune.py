@@ -213,6 +213,7 @@ def test_sensitivity_measures_each_group_alone_and_resumes_from_its_file(tmp_pat
     assert (tmp_path / "s.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_auto_pruner_is_seeded_meets_the_flops_target_and_resumes(tmp_path):
     from paddlejax.slim import AutoPruner
 
