@@ -166,9 +166,10 @@ def quant_post(program_or_path: Program | str | os.PathLike, calib_data: Iterabl
                          f"not {algo!r}")
     if fold_batch_norm:
         source = run_passes(source, "fold_conv_bn,fold_linear_bn,dce")
-    if keep_float < 0 or (keep_float and weight_only):
+    if (not isinstance(keep_float, int) or isinstance(keep_float, bool) or keep_float < 0
+            or (keep_float and weight_only)):
         raise ValueError(f"quant_post: keep_float counts the int8 layers to leave in float (>= 0, with "
-                         f"weight_bits=8), got {keep_float!r}" + (" with weight_bits=4" if keep_float > 0 else ""))
+                         f"weight_bits=8), got {keep_float!r}" + (" with weight_bits=4" if weight_only else ""))
     if keep_float:
         from paddlejax.slim.quant.sensitivity import keep_float_pattern, quant_sensitivity
 

@@ -20,6 +20,7 @@ layers in float.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import ClassVar, Iterable
 
@@ -78,6 +79,9 @@ def quant_sensitivity(program: Program, data: Iterable, algo: str = "hist", *,
         raise ValueError(f"quant_sensitivity: nothing to quantize in {program.name}: no {ops.replace(':', ', ')} op"
                          + (f" outside skip={skip!r}" if skip else ""))
     calibrate(fake, data, algo, progress=progress, **observer_options)
+    if not any(jnp.issubdtype(v.type.dtype, jnp.floating) for v in fake.outputs):
+        raise ValueError(f"quant_sensitivity: {program.name} has no float output to compare (its outputs: "
+                         f"{', '.join(str(v.type) for v in fake.outputs)}); measure the program before its argmax")
     run = jax.jit(_switched(fake, [op for op, _ in layers]))
     off = jnp.zeros(len(layers), bool)
     totals, batches = np.zeros(len(layers)), 0
@@ -89,7 +93,7 @@ def quant_sensitivity(program: Program, data: Iterable, algo: str = "hist", *,
             totals[i] += np.linalg.norm(got - want) / max(np.linalg.norm(want), np.finfo(np.float32).tiny)
         batches += 1
     result = [LayerSensitivity(name, op.type, float(t / batches)) for (op, name), t in zip(layers, totals)]
-    return sorted(result, key=lambda s: -s.relative)
+    return sorted(result, key=lambda s: -s.relative if s.relative == s.relative else -math.inf)  # NaN: worst
 
 
 def keep_float_pattern(skip: str, layers: Iterable[str]) -> str:

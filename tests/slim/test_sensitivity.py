@@ -71,8 +71,13 @@ def test_bad_requests_are_refused_by_name(digits):
         quant_sensitivity(program, calib, skip=".", progress=False)
     with pytest.raises(ValueError, match="cannot quantize"):
         quant_sensitivity(program, calib, ops="relu", progress=False)
-    with pytest.raises(ValueError, match="keep_float counts .* got -1"):
-        pj.slim.quant_post(program, calib, keep_float=-1, progress=False)
+    argmax = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]).argmax(-1), pj.InputSpec((None, 4)),
+                      params={"w": np.ones((4, 3), np.float32)})
+    with pytest.raises(ValueError, match="no float output to compare .* before its argmax"):
+        quant_sensitivity(argmax, [np.ones((2, 4), np.float32)], progress=False)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=f"keep_float counts .* got {bad!r}"):
+            pj.slim.quant_post(program, calib, keep_float=bad, progress=False)
     with pytest.raises(ValueError, match="with weight_bits=4"):
         pj.slim.quant_post(program, calib, keep_float=1, weight_bits=4, progress=False)
     with pytest.raises(ValueError, match="not an iterator"):
