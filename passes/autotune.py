@@ -276,8 +276,9 @@ def measure(candidate: str, fn: Callable, args: tuple, *, warmup: int, repeats: 
     for _ in range(max(warmup, 1)):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
-        if lost_at_warmup(time.perf_counter() - start, slower_than):
-            return time.perf_counter() - start
+        warm = time.perf_counter() - start
+        if lost_at_warmup(warm, slower_than):
+            return warm
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

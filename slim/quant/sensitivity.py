@@ -68,20 +68,20 @@ def quant_sensitivity(program: Program, data: Iterable, algo: str = "hist", *,
     if iter(data) is data:
         raise ValueError("quant_sensitivity: data is read twice (calibration, then measurement); pass a list "
                          "(or another re-iterable collection) of batches, not an iterator")
-    op_types(ops, QUANTIZABLE, "quant_sensitivity: cannot quantize")
+    types = op_types(ops, QUANTIZABLE, "quant_sensitivity: cannot quantize")
+    if not any(jnp.issubdtype(v.type.dtype, jnp.floating) for v in program.outputs):
+        raise ValueError(f"quant_sensitivity: {program.name} has no float output to compare (its outputs: "
+                         f"{', '.join(str(v.type) for v in program.outputs)}); measure the program before its argmax")
     source = run_passes(program, "fold_conv_bn,fold_linear_bn,dce") if fold_batch_norm else program
     # shortcuts off: a residual add's output scale belongs to no one layer
     fake = run_passes(source, [InsertFakeQuant(ops=ops, skip=skip, shortcuts=False)])
     _float_sub_blocks(fake)
-    layers = [(op, name) for op, name in quant_layers(fake, op_types(ops, QUANTIZABLE, ""))
+    layers = [(op, name) for op, name in quant_layers(fake, types)
               if op.parent is fake.body and any(is_fake_quantized(v) for v in op.operands)]
     if not layers:
         raise ValueError(f"quant_sensitivity: nothing to quantize in {program.name}: no {ops.replace(':', ', ')} op"
                          + (f" outside skip={skip!r}" if skip else ""))
     calibrate(fake, data, algo, progress=progress, **observer_options)
-    if not any(jnp.issubdtype(v.type.dtype, jnp.floating) for v in fake.outputs):
-        raise ValueError(f"quant_sensitivity: {program.name} has no float output to compare (its outputs: "
-                         f"{', '.join(str(v.type) for v in fake.outputs)}); measure the program before its argmax")
     run = jax.jit(_switched(fake, [op for op, _ in layers]))
     off = jnp.zeros(len(layers), bool)
     totals, batches = np.zeros(len(layers)), 0
@@ -93,7 +93,7 @@ def quant_sensitivity(program: Program, data: Iterable, algo: str = "hist", *,
             totals[i] += np.linalg.norm(got - want) / max(np.linalg.norm(want), np.finfo(np.float32).tiny)
         batches += 1
     result = [LayerSensitivity(name, op.type, float(t / batches)) for (op, name), t in zip(layers, totals)]
-    return sorted(result, key=lambda s: -s.relative if s.relative == s.relative else -math.inf)  # NaN: worst
+    return sorted(result, key=lambda s: -math.inf if math.isnan(s.relative) else -s.relative)  # NaN: worst
 
 
 def keep_float_pattern(skip: str, layers: Iterable[str]) -> str:
