@@ -4,18 +4,28 @@
 // and runs it on the buffers XLA hands in. Activations stay in the program's plain layout
 // (NCHW or NHWC); weights are reordered into the layout the primitive picked, once per weight
 // buffer and content (see ReorderedWeights).
+#include <sched.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <cstring>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
 #include "xla/ffi/api/ffi.h"
+
+// libgomp's, reached through libdnnl (weak: the build needs no OpenMP flags of its own)
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+extern "C" int omp_get_max_threads() __attribute__((weak));
 
 namespace ffi = xla::ffi;
 using dnnl::algorithm;
@@ -86,6 +96,7 @@ struct Conv {
   memory::desc src, user_weights, dst, bias;
   std::unique_ptr<dnnl::reorder> reorder, src_in, dst_out;
   memory scratchpad, src_blocked, dst_blocked;
+  std::vector<memory> part_scratchpads;  // one per part of a split call running at once
   std::list<Reordered> weights;  // in pd.weights_desc(), when it differs from user_weights
   bool scales = false, per_channel = false, dst_scale = false;
   std::mutex mu;
@@ -140,6 +151,7 @@ struct ConvShape {
   bool x_unsigned = false;                 // s8 src known non-negative: read as u8 (no compensation)
   float clip = 0.f;                        // int8_out: the result clipped to [-clip, clip] before the
                                            // dst scale, so that it saturates at -127 as the reference
+  int64_t threads = 0;                     // 1: a part of a split call, planned for one thread
 };
 
 // The convolution's dimensions in oneDNN's order (activations NCHW-indexed whatever their
@@ -233,13 +245,224 @@ std::string ConvKey(const ConvShape& c) {
   std::memcpy(&clip_bits, &c.clip, sizeof clip_bits);
   return Key({c.xd, c.wd, c.yd, c.stride, c.pad_lo, c.pad_hi, c.dilation},
              {c.groups, c.nhwc, c.has_bias, c.act, static_cast<int64_t>(c.alpha * 1e6), c.int8, c.per_channel,
-              c.int8_out, c.sum, sum_scale_bits, c.x_unsigned, clip_bits});
+              c.int8_out, c.sum, sum_scale_bits, c.x_unsigned, clip_bits, c.threads});
 }
 
-// Run `c` on XLA's buffers; the scales only for int8.
-ffi::Error RunConv(const char* op, const ConvShape& c, const void* x, const void* w, size_t w_bytes,
-                   int64_t weights_id, const void* bias, void* y, const void* src_scale = nullptr,
-                   const void* weight_scale = nullptr, const void* dst_scale = nullptr) {
+// A convolution call's buffers (the scales only for int8).
+struct ConvBuffers {
+  const void* x;
+  const void* w;
+  size_t w_bytes;
+  int64_t weights_id;
+  const void* bias;
+  void* y;
+  const void* src_scale = nullptr;
+  const void* weight_scale = nullptr;
+  const void* dst_scale = nullptr;
+};
+
+// The execute arguments of `conv` for `c` on src, weights, dst and a scratchpad.
+std::unordered_map<int, memory> ExecuteArgs(Conv* conv, const ConvShape& c, const ConvBuffers& b, memory src,
+                                            memory weights, memory dst, memory scratchpad) {
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
+  auto f32 = memory::data_type::f32;
+  auto scalar = [&](const void* p) { return memory(memory::desc({1}, f32, memory::format_tag::x), Engine(),
+                                                   const_cast<void*>(p)); };
+  if (c.has_bias) args[DNNL_ARG_BIAS] = memory(conv->bias, Engine(), const_cast<void*>(b.bias));
+  if (conv->scales) {
+    args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC] = scalar(b.src_scale);
+    args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS] =
+        memory(memory::desc({conv->per_channel ? c.wd[0] : 1}, f32, memory::format_tag::x), Engine(),
+               const_cast<void*>(b.weight_scale));
+  }
+  if (conv->dst_scale) args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST] = scalar(b.dst_scale);
+  return args;
+}
+
+// Sets the calling thread's OpenMP team size for a scope (oneDNN plans and runs a primitive for
+// omp_get_max_threads() of the thread that creates it).
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : before_(omp_get_max_threads ? omp_get_max_threads() : 0) {
+    if (omp_set_num_threads && before_ != n) omp_set_num_threads(n);
+  }
+  ~OmpThreads() {
+    if (omp_set_num_threads && before_ > 0) omp_set_num_threads(before_);
+  }
+
+ private:
+  int before_;
+};
+
+// Runs work(0), ..., work(n - 1) at once, on the calling thread and on XLA's intra-op pool,
+// whose threads run the program's other ops and so are awake. A part that no pool thread has
+// claimed by the time the caller is free runs on the caller: a busy pool costs no waiting.
+void RunParts(ffi::ThreadPool& pool, int n, const std::function<void(int)>& work) {
+  struct State {
+    std::atomic<int> next{0}, done{0};
+    int n;
+    const std::function<void(int)>* work;
+  };
+  auto state = std::make_shared<State>();
+  state->n = n;
+  state->work = &work;
+  auto claim = [state] {  // a late pool thread finds nothing left and never touches `work`
+    for (int i; (i = state->next.fetch_add(1)) < state->n;) {
+      (*state->work)(i);
+      state->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  for (int i = 1; i < n; ++i) pool.Schedule([claim] { claim(); });
+  claim();
+  // the other parts are running: spin briefly, then yield the core (a part's owner may be
+  // waiting for it on a machine busy with other work)
+  for (int spins = 0; state->done.load(std::memory_order_acquire) < n; ++spins) {
+    if (spins < 4096) {
+      __builtin_ia32_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// One part of a split convolution: a slice of the batch, or (batch 1) a band of output rows and
+// the input rows it reads, with the padding that falls in the band. Its ConvShape points at its
+// own dimensions, so a part is not copied.
+struct ConvPart {
+  std::array<int64_t, 4> xd, yd;
+  std::array<int64_t, 2> pad_lo, pad_hi;
+  ConvShape c;
+  size_t x_offset = 0, y_offset = 0;  // bytes
+
+  ConvPart(const ConvShape& whole) : c(whole) {
+    std::copy(whole.xd.begin(), whole.xd.end(), xd.begin());
+    std::copy(whole.yd.begin(), whole.yd.end(), yd.begin());
+    std::copy(whole.pad_lo.begin(), whole.pad_lo.end(), pad_lo.begin());
+    std::copy(whole.pad_hi.begin(), whole.pad_hi.end(), pad_hi.begin());
+    c.xd = {xd.data(), 4};
+    c.yd = {yd.data(), 4};
+    c.pad_lo = {pad_lo.data(), 2};
+    c.pad_hi = {pad_hi.data(), 2};
+    c.threads = 1;
+  }
+  ConvPart(const ConvPart&) = delete;
+};
+
+// The CPUs this process may run on (its affinity mask), read once.
+int AvailableCpus() {
+  static const int n = [] {
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  }();
+  return n;
+}
+
+// `c` (channels-last) cut into at most `n` parts, or none where it does not cut.
+std::vector<std::unique_ptr<ConvPart>> SplitConv(const ConvShape& c, int64_t n) {
+  std::vector<std::unique_ptr<ConvPart>> parts;
+  if (!c.nhwc || n < 2) return parts;
+  size_t x_row = c.xd[2] * c.xd[3] * (c.int8 ? 1 : 4), y_row = c.yd[2] * c.yd[3] * (c.int8_out ? 1 : 4);
+  int64_t batch = c.xd[0], height = c.xd[1], out_height = c.yd[1];
+  if (batch >= 2) {
+    int64_t chunk = (batch + n - 1) / n;
+    for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
+      auto& p = *parts.emplace_back(std::make_unique<ConvPart>(c));
+      p.xd[0] = p.yd[0] = std::min(chunk, batch - b0);
+      p.x_offset = b0 * height * x_row;
+      p.y_offset = b0 * out_height * y_row;
+    }
+    return parts;
+  }
+  if (out_height < 2) return parts;
+  int64_t rows = (out_height + n - 1) / n, stride = c.stride[0];
+  int64_t window = (c.wd[2] - 1) * c.dilation[0] + 1;
+  for (int64_t o0 = 0; o0 < out_height; o0 += rows) {
+    int64_t o1 = std::min(out_height, o0 + rows);
+    int64_t first = o0 * stride - c.pad_lo[0], end = (o1 - 1) * stride - c.pad_lo[0] + window;
+    int64_t r0 = std::max<int64_t>(0, first), r1 = std::min(height, end);
+    if (r1 <= r0) return {};  // a band that reads padding only
+    auto& p = *parts.emplace_back(std::make_unique<ConvPart>(c));
+    p.xd[1] = r1 - r0;
+    p.yd[1] = o1 - o0;
+    p.pad_lo[0] = r0 - first;
+    p.pad_hi[0] = end - r1;
+    p.x_offset = r0 * x_row;
+    p.y_offset = o0 * y_row;
+  }
+  return parts;
+}
+
+// Whether convolutions are cut across XLA's threads (PADDLEJAX_ONEDNN_SPLIT=0: no).
+bool SplitEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PADDLEJAX_ONEDNN_SPLIT");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// Run `parts` of one convolution at once, each planned for one thread.
+ffi::Error RunSplit(const char* op, const std::vector<std::unique_ptr<ConvPart>>& parts, const ConvBuffers& b,
+                    ffi::ThreadPool& pool) {
+  OmpThreads one(1);
+  int n = static_cast<int>(parts.size());
+  std::vector<Conv*> convs;
+  try {
+    for (auto& p : parts) convs.push_back(GetConv(ConvKey(p->c), p->c));
+  } catch (const dnnl::error& e) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": " + e.what());
+  }
+  if (std::count(convs.begin(), convs.end(), nullptr)) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": unknown activation");
+  }
+  std::vector<Conv*> distinct(convs);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<std::unique_lock<std::mutex>> locks;  // in address order: no two calls deadlock
+  for (Conv* conv : distinct) locks.emplace_back(conv->mu);
+  std::vector<std::unordered_map<int, memory>> args(n);
+  try {
+    dnnl::stream stream(Engine());
+    for (int i = 0; i < n; ++i) {
+      Conv* conv = convs[i];
+      const ConvPart& p = *parts[i];
+      memory user_w(conv->user_weights, Engine(), const_cast<void*>(b.w));
+      memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, b.w, b.w_bytes, b.weights_id) : user_w;
+      while (conv->part_scratchpads.size() <= static_cast<size_t>(i)) {
+        conv->part_scratchpads.emplace_back(conv->pd.scratchpad_desc(), Engine());
+      }
+      memory src(conv->src, Engine(), const_cast<char*>(static_cast<const char*>(b.x)) + p.x_offset);
+      memory dst(conv->dst, Engine(), static_cast<char*>(b.y) + p.y_offset);
+      args[i] = ExecuteArgs(conv, p.c, b, src, weights, dst, conv->part_scratchpads[i]);
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ffi::Error::Internal(std::string(op) + ": " + e.what());
+  }
+  std::mutex error_mu;
+  std::string error;
+  RunParts(pool, n, [&](int i) {
+    try {
+      OmpThreads one(1);
+      dnnl::stream stream(Engine());
+      convs[i]->prim.execute(stream, args[i]);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      error = e.what();
+    }
+  });
+  if (!error.empty()) return ffi::Error::Internal(std::string(op) + ": " + error);
+  return ffi::Error::Success();
+}
+
+// Run `c` on XLA's buffers: cut across XLA's threads where the pool has more than one and the
+// convolution cuts, else whole on the calling thread with oneDNN's OpenMP team.
+ffi::Error RunConv(const char* op, const ConvShape& c, const ConvBuffers& b, ffi::ThreadPool& pool) {
+  int64_t threads = SplitEnabled() ? std::min<int64_t>(pool.num_threads(), AvailableCpus()) : 1;
+  auto parts = SplitConv(c, threads);
+  if (parts.size() > 1) return RunSplit(op, parts, b, pool);
   Conv* conv;
   try {
     conv = GetConv(ConvKey(c), c);
@@ -250,30 +473,15 @@ ffi::Error RunConv(const char* op, const ConvShape& c, const void* x, const void
   try {
     dnnl::stream stream(Engine());
     std::lock_guard<std::mutex> lock(conv->mu);
-    memory src(conv->src, Engine(), const_cast<void*>(x)), dst(conv->dst, Engine(), y);
-    memory user_w(conv->user_weights, Engine(), const_cast<void*>(w));
-    memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, w, w_bytes, weights_id) : user_w;
+    memory src(conv->src, Engine(), const_cast<void*>(b.x)), dst(conv->dst, Engine(), b.y);
+    memory user_w(conv->user_weights, Engine(), const_cast<void*>(b.w));
+    memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, b.w, b.w_bytes, b.weights_id) : user_w;
     if (conv->src_in) {
       conv->src_in->execute(stream, src, conv->src_blocked);
       src = conv->src_blocked;
     }
     memory out = conv->dst_out ? conv->dst_blocked : dst;
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights},
-                                            {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, conv->scratchpad}};
-    if (c.has_bias) args[DNNL_ARG_BIAS] = memory(conv->bias, Engine(), const_cast<void*>(bias));
-    if (conv->scales) {
-      auto f32 = memory::data_type::f32;
-      args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC] =
-          memory(memory::desc({1}, f32, memory::format_tag::x), Engine(), const_cast<void*>(src_scale));
-      args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS] =
-          memory(memory::desc({conv->per_channel ? c.wd[0] : 1}, f32, memory::format_tag::x), Engine(),
-                 const_cast<void*>(weight_scale));
-    }
-    if (conv->dst_scale) {
-      args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST] = memory(
-          memory::desc({1}, memory::data_type::f32, memory::format_tag::x), Engine(), const_cast<void*>(dst_scale));
-    }
-    conv->prim.execute(stream, args);
+    conv->prim.execute(stream, ExecuteArgs(conv, c, b, src, weights, out, conv->scratchpad));
     if (conv->dst_out) conv->dst_out->execute(stream, out, dst);
     stream.wait();
   } catch (const dnnl::error& e) {
@@ -282,19 +490,20 @@ ffi::Error RunConv(const char* op, const ConvShape& c, const void* x, const void
   return ffi::Error::Success();
 }
 
-ffi::Error Conv2dImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> b,
+ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> b,
                       ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                       ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                       ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias, int64_t act,
                       float alpha, int64_t weights_id) {
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha};
-  return RunConv("oneDNN conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
-                 b.untyped_data(), y->untyped_data());
+  return RunConv("oneDNN conv2d", c,
+                 {x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id, b.untyped_data(), y->untyped_data()},
+                 pool);
 }
 
 // int8: y = act(x_scale * w_scale[oc] * conv(x_q, w_q) + bias), the scales already divided by 127
-ffi::Error QuantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
+ffi::Error QuantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
                                ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
                                ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                                ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
@@ -303,24 +512,27 @@ ffi::Error QuantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, f
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha, true, w_scale.element_count() > 1};
   c.x_unsigned = x_unsigned;
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
-                 b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data());
+  return RunConv("oneDNN quantized_conv2d", c,
+                 {x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id, b.untyped_data(), y->untyped_data(),
+                  x_scale.untyped_data(), w_scale.untyped_data()},
+                 pool);
 }
 
 // int8 dataflow: the same, requantized to int8 by out_scale (already divided by 127) and clipped
 // to [-127, 127] as the reference clips (oneDNN alone would saturate at -128); `c` says the rest
-ffi::Error RunRequantized(ConvShape c, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
+ffi::Error RunRequantized(ffi::ThreadPool& pool, ConvShape c, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
                           ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> out_scale,
                           ffi::ResultBuffer<ffi::S8>& y, int64_t weights_id) {
   c.int8 = c.int8_out = true;
   c.per_channel = w_scale.element_count() > 1;
   c.clip = 127.f * *out_scale.typed_data();
-  return RunConv("oneDNN quantized_conv2d", c, x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id,
-                 b.untyped_data(), y->untyped_data(), x_scale.untyped_data(), w_scale.untyped_data(),
-                 out_scale.untyped_data());
+  return RunConv("oneDNN quantized_conv2d", c,
+                 {x.untyped_data(), w.untyped_data(), w.size_bytes(), weights_id, b.untyped_data(), y->untyped_data(),
+                  x_scale.untyped_data(), w_scale.untyped_data(), out_scale.untyped_data()},
+                 pool);
 }
 
-ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
+ffi::Error RequantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
                                  ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
                                  ffi::Buffer<ffi::F32> out_scale, ffi::ResultBuffer<ffi::S8> y,
                                  ffi::Span<const int64_t> stride, ffi::Span<const int64_t> pad_lo,
@@ -330,12 +542,12 @@ ffi::Error RequantizedConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
   ConvShape c{x.dimensions(), w.dimensions(), y->dimensions(), stride, pad_lo, pad_hi, dilation, groups, nhwc,
               has_bias, act, alpha};
   c.x_unsigned = x_unsigned;
-  return RunRequantized(c, x, w, x_scale, w_scale, b, out_scale, y, weights_id);
+  return RunRequantized(pool, c, x, w, x_scale, w_scale, b, out_scale, y, weights_id);
 }
 
 // int8 residual connection: the same, plus residual_scale * residual before the activation (the
 // residual is copied into y unless XLA aliased them; oneDNN's sum post-op adds it in place)
-ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
+ffi::Error ResidualConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
                               ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> out_scale,
                               ffi::Buffer<ffi::S8> residual, ffi::Buffer<ffi::F32> residual_scale,
                               ffi::ResultBuffer<ffi::S8> y, ffi::Span<const int64_t> stride,
@@ -353,7 +565,7 @@ ffi::Error ResidualConv2dImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ff
   if (y->untyped_data() != residual.untyped_data()) {
     std::memcpy(y->untyped_data(), residual.untyped_data(), residual.size_bytes());
   }
-  return RunRequantized(c, x, w, x_scale, w_scale, b, out_scale, y, weights_id);
+  return RunRequantized(pool, c, x, w, x_scale, w_scale, b, out_scale, y, weights_id);
 }
 
 // The convolution's backward passes, for training: the input's gradient (backward data: from
@@ -606,6 +818,7 @@ ffi::Error BatchNormBackwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> 
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2d, Conv2dImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
@@ -614,12 +827,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnConv2d, Conv2dImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnQuantizedConv2d, QuantizedConv2dImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .INT8_CONV_OPERANDS
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .INT8_CONV_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2dImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .INT8_CONV_OPERANDS
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
@@ -627,6 +842,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnRequantizedConv2d, RequantizedConv2
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnResidualConv2d, ResidualConv2dImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .INT8_CONV_OPERANDS
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()

@@ -2,6 +2,7 @@
 the autotuner may hand it, and the program still runs where the compiled part is missing."""
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -34,6 +35,9 @@ CASES = [  # (input NCHW shape, weight shape, attributes)
     ((2, 4, 10, 7), (6, 4, 3, 2), dict(stride=(2, 1), padding=((1, 0), (2, 1)), dilation=(1, 2), groups=1)),
     ((1, 8, 6, 6), (4, 4, 1, 1), dict(stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=2)),
     ((2, 5, 8, 8), (5, 1, 3, 3), dict(stride=(2, 2), padding="SAME", dilation=(1, 1), groups=5)),
+    # cut across two threads: a batch of 5 into 3 + 2; one image into bands of rows with halos
+    ((5, 4, 7, 6), (6, 4, 3, 3), dict(stride=(1, 1), padding=((2, 0), (1, 1)), dilation=(2, 1), groups=1)),
+    ((1, 3, 11, 5), (4, 3, 3, 3), dict(stride=(2, 1), padding=((2, 1), (0, 1)), dilation=(2, 1), groups=1)),
 ]
 
 
@@ -336,6 +340,8 @@ def test_convolutions_of_one_shape_each_keep_their_reordered_weights():
     # ResNet-18 has four 64x64x3x3 convolutions: they share one primitive, and each frozen
     # weight must stay reordered across calls (one slot reordered every weight every call)
     code = """
+import os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])  # one CPU: each call one primitive
 import jax, jax.numpy as jnp, numpy as np
 from paddlejax.ops import conv2d
 rng = np.random.default_rng(0)
@@ -362,6 +368,33 @@ print("ok")
     weight_reorders = [line for line in executed if ",reorder," in line and "16x16x3x3" in line]
     assert len(convolutions) == 6 * 4
     assert 1 <= len(weight_reorders) <= 6  # once per weight (none where the primitive takes them plain)
+
+
+@needs_onednn
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="cutting a convolution needs two CPUs")
+def test_on_two_cpus_a_convolution_is_cut_by_batch_or_into_bands_of_rows():
+    """XLA's thread pool runs the parts at once, each a one-thread primitive: a batch of 5
+    as 3 + 2 images; one image as two bands of 3 output rows, each reading its rows, halo and
+    the padding that falls in it (13 rows, stride 2, dilation 2, padding 1 and 2: 8 rows each)."""
+    code = """
+import os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import jax, jax.numpy as jnp, numpy as np
+from paddlejax.ops import conv2d
+rng = np.random.default_rng(0)
+kw = dict(stride=(2, 1), padding=((1, 2), (1, 1)), dilation=(2, 1), groups=1, data_format="NHWC")
+w = jnp.asarray(rng.standard_normal((8, 4, 3, 3)), jnp.float32)
+for n in (5, 1):
+    x = jnp.asarray(rng.standard_normal((n, 13, 6, 4)), jnp.float32)
+    got = jax.jit(lambda x: conv2d.variants["onednn"](x, w, **kw))(x)
+    np.testing.assert_allclose(got, conv2d.kernel(x, w, **kw), rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+    problems = re.findall(r"mb(\d+)_ic4oc8_ih(\d+)oh(\d+)kh3sh2dh1ph(\d+)", out.stdout)
+    assert {tuple(map(int, p)) for p in problems} == {(3, 13, 6, 1), (2, 13, 6, 1), (1, 8, 3, 1), (1, 8, 3, 0)}
 
 
 @needs_onednn
