@@ -262,8 +262,9 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, str(HERE))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="SmallCNN and the digits CNN at batch 4, few rounds")
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    p.add_argument("--quick", action="store_true",
+                   help="SmallCNN and the digits CNN at batch 4, 2 threads, few rounds")
+    p.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2; 2 with --quick)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--int8", default="SmallCNN,DigitsCNN", help="the models also run int8 (default SmallCNN,DigitsCNN)")
     p.add_argument("--rounds", type=int, default=15, help="turns each configuration takes")
@@ -276,7 +277,7 @@ def main(argv=None) -> int:
     args.batch, args.rounds = (4, 3) if args.quick else (32, args.rounds)
     args.block_seconds, args.settle_seconds = (0.02, 0.02) if args.quick else (BLOCK_SECONDS, SETTLE_SECONDS)
     paddle = os.environ.get("PADDLE_PYTHON")
-    for threads in map(int, args.threads.split(",")):
+    for threads in map(int, (args.threads or ("2" if args.quick else "1,2")).split(",")):
         if threads > len(os.sched_getaffinity(0)):
             print(f"skipping {threads} threads: this process may use {len(os.sched_getaffinity(0))} CPUs")
             continue
