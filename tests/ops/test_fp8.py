@@ -50,6 +50,16 @@ def test_quantize_fp8_equals_the_ml_dtypes_cast_bit_for_bit(axis):
     np.testing.assert_array_equal(np.asarray(q).view(np.uint8), np_quantize_fp8(x, s).view(np.uint8))
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_scale_too_small_to_invert_quantizes_to_zero_not_nan(jit):
+    # denormal weights (a PP-OCRv4 rec channel): 448 / 1e-37 overflows, and 0 * inf was NaN
+    w = f32([[1e-38, 0.5], [-1e-38, -1.0]])
+    scale = f32([1e-37, 1.0])
+    quantize = (lambda w, s: quantize_fp8(w, s, axis=1))
+    q = (jax.jit(quantize) if jit else quantize)(w, scale)
+    assert np.asarray(q).astype(np.float32).tolist() == [[0.0, 224.0], [0.0, -448.0]]
+
+
 def test_quantize_fp8_clips_to_the_scale_and_zero_scales_give_zeros():
     q = quantize_fp8(f32([[2.0, -3.0], [0.5, 7.0]]), f32([1.0, 0.0]), axis=1)
     assert q.astype(jnp.float32).tolist() == [[448.0, 0.0], [224.0, 0.0]]
