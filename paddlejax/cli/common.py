@@ -33,6 +33,34 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n\n".join(blocks)
 
 
+def parse_input_shape(item: str, *, name_required: bool = True) -> tuple[str | None, tuple]:
+    """An ``--input-shape NAME=DIMS`` value as ``(NAME, dims)``, ``None`` for a ``?`` size; with
+    ``name_required=False`` the name may be left out (``None``).
+
+    >>> parse_input_shape("x=?,3,48,320")
+    ('x', (None, 3, 48, 320))
+    >>> parse_input_shape("?,3,48,320", name_required=False)
+    (None, (None, 3, 48, 320))
+    >>> parse_input_shape("x=3,a")
+    Traceback (most recent call last):
+    ValueError: --input-shape x=3,a: each size must be an integer >= 1 or ?, got 'a'
+    """
+    name, sep, dims = item.rpartition("=")
+    if not dims or (sep and not name) or (name_required and not name):
+        form = "NAME=DIMS" if name_required else "[NAME=]DIMS"
+        raise ValueError(f"--input-shape expects {form} such as x=?,3,224,224, got {item!r}")
+    out = []
+    for d in dims.split(","):
+        d = d.strip()
+        if d == "?":
+            out.append(None)
+        elif d.isdigit() and int(d) >= 1:
+            out.append(int(d))
+        else:
+            raise ValueError(f"--input-shape {item}: each size must be an integer >= 1 or ?, got {d!r}")
+    return name or None, tuple(out)
+
+
 def parse_sizes(program, items) -> dict[str, int]:
     """``--size NAME=N`` options as ``{NAME: N}``, checked against ``program``
     (:func:`paddlejax.analysis.check_sizes`)."""

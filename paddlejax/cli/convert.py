@@ -12,7 +12,7 @@ freeze the weights. The saved program (PATH.json and PATH.safetensors) then take
 """
 from __future__ import annotations
 
-from paddlejax.cli.common import check_not_input, program_path
+from paddlejax.cli.common import check_not_input, parse_input_shape, program_path
 
 FORMATS = {".onnx": "from_onnx", ".pdmodel": "from_paddle", ".json": "from_paddle", ".h5": "from_keras",
            ".hdf5": "from_keras"}
@@ -25,30 +25,6 @@ def add_arguments(p) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="an input's shape, comma-separated, ? for a dynamic size (repeat for several inputs)")
     p.add_argument("--name", help="the program's name (default: the model's graph name)")
-
-
-def parse_input_shape(item: str) -> tuple[str, tuple]:
-    """``NAME=DIMS`` as ``(NAME, dims)`` with ``None`` for ``?``.
-
-    >>> parse_input_shape("x=?,3,48,320")
-    ('x', (None, 3, 48, 320))
-    >>> parse_input_shape("x=3,a")
-    Traceback (most recent call last):
-    ValueError: --input-shape x=3,a: each size must be an integer >= 1 or ?, got 'a'
-    """
-    name, sep, dims = item.partition("=")
-    if not sep or not name or not dims:
-        raise ValueError(f"--input-shape expects NAME=DIMS such as x=?,3,224,224, got {item!r}")
-    out = []
-    for d in dims.split(","):
-        d = d.strip()
-        if d == "?":
-            out.append(None)
-        elif d.isdigit() and int(d) >= 1:
-            out.append(int(d))
-        else:
-            raise ValueError(f"--input-shape {item}: each size must be an integer >= 1 or ?, got {d!r}")
-    return name, tuple(out)
 
 
 def main(args) -> int:

@@ -87,7 +87,7 @@ def add_arguments(p) -> None:
     v.add_argument("--module-version", default="1.0.0")
     v.add_argument("--summary", default="")
     v.add_argument("--license", default="")
-    v.add_argument("--input-shape", action="append", metavar="[NAME=]D,D,...",
+    v.add_argument("--input-shape", action="append", metavar="[NAME=]DIMS",
                    help="fix an input's shape (ONNX and Keras models; '?' leaves a size open; the first, the batch, "
                         "always is); repeatable, one per input")
     v.add_argument("--labels", help="class names: a text file (one a line) or NAME,NAME,...")
@@ -286,16 +286,14 @@ def _numbers(text: str | None, option: str):
 
 def _shapes(specs: list[str] | None) -> dict:
     """``--input-shape`` values as ``{name or None: (None, d, ...)}``: the batch left open."""
+    from paddlejax.cli.common import parse_input_shape
+
     shapes = {}
     for spec in specs or ():
-        name, _, dims = spec.rpartition("=")
-        try:
-            sizes = tuple(None if d.strip() in ("?", "b", "None") else int(d) for d in dims.split(","))
-        except ValueError:
-            raise ValueError(f"--input-shape expects [NAME=]D,D,... with sizes or '?', got {spec!r}") from None
-        if name in shapes or (None in shapes and not name) or any(s is not None and s < 1 for s in sizes):
-            raise ValueError(f"--input-shape {spec!r}: sizes must be positive and each input given once")
-        shapes[name or None] = (None, *sizes[1:])
+        name, sizes = parse_input_shape(spec, name_required=False)
+        if name in shapes:
+            raise ValueError(f"--input-shape {spec!r}: each input given once")
+        shapes[name] = (None, *sizes[1:])
     return shapes
 
 
@@ -328,7 +326,7 @@ def _import_model(path: str, shapes: dict, name: str):
     if None in shapes:
         inputs = _input_names(path, importer)
         if len(inputs) != 1:
-            raise ValueError(f"{path} has inputs {inputs}: name the one --input-shape is for (NAME=D,D,...)")
+            raise ValueError(f"{path} has inputs {inputs}: name the one --input-shape is for (NAME=DIMS)")
         shapes = {inputs[0]: shapes.pop(None), **shapes}
     return importer(path, input_shapes=shapes or None, name=name)
 

@@ -55,7 +55,10 @@ def test_an_onnx_classifier_converts_installs_and_runs(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     ([CNN, "--task", "image-classification", "--labels", "a,b,c"], "3 labels but the program's output is f32[b,4]"),
     ([CNN, "--task", "image-classification", "--input-shape", "x=1,3,16"], "has 3 dims, the model's input has 4"),
-    ([CNN, "--task", "image-classification", "--input-shape", "x=1,3,a,b"], "expects [NAME=]D,D,... with sizes"),
+    ([CNN, "--task", "image-classification", "--input-shape", "x=1,3,a,b"], "each size must be an integer >= 1 or ?, got 'a'"),
+    ([CNN, "--task", "image-classification", "--input-shape", "x=1,3,16,16", "--input-shape", "x=1,3,8,8"],
+     "--input-shape 'x=1,3,8,8': each input given once"),
+    ([CNN, "--task", "image-classification", "--input-shape", "=1,3,16,16"], "expects [NAME=]DIMS such as"),
     ([CNN, "--task", "text-recognition"], "needs --dictionary FILE"),
     ([CNN, "--task", "text-detection"], "det.limit_side_len: must be an int in 32..8192, got 16"),
     ([FIXTURES / "torch_encoder.onnx", "--task", "image-classification"], "takes one batch of images"),
