@@ -7,11 +7,15 @@
 """
 import importlib
 
-from paddlejax import ops
-from paddlejax.capture import CaptureError, InputSpec, trace
-from paddlejax.io import ProgramFormatError, load, save
-from paddlejax.ir import Program
-from paddlejax.stablehlo import export
+from paddlejax.host_memory import keep_freed_memory
+
+keep_freed_memory()  # before JAX's first computation: see paddlejax.host_memory
+
+from paddlejax import ops  # noqa: E402
+from paddlejax.capture import CaptureError, InputSpec, trace  # noqa: E402
+from paddlejax.io import ProgramFormatError, load, save  # noqa: E402
+from paddlejax.ir import Program  # noqa: E402
+from paddlejax.stablehlo import export  # noqa: E402
 
 __version__ = "0.1.0"
 
