@@ -398,6 +398,17 @@ print("ok")
 
 
 @needs_onednn
+@pytest.mark.parametrize("pads", [((1, 5), (0, 0)), ((4, 0), (2, 2))])
+def test_a_band_of_rows_that_reads_only_padding_is_computed_too(pads):
+    # one input row, padding wider than it: the lower band's window starts past the input,
+    # so the convolution is not cut into bands (it runs whole) and still equals the reference
+    x, w = f32(1, 1, 7, 4), f32(6, 4, 1, 3)
+    kw = dict(stride=(1, 1), padding=pads, dilation=(1, 1), groups=1, data_format="NHWC")
+    got = jax.jit(lambda x, w: conv2d.variants["onednn"](x, w, **kw))(x, w)
+    np.testing.assert_allclose(got, conv2d.kernel(x, w, **kw), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
 def test_more_convolutions_of_one_shape_than_kept_weights_still_compute_each_their_own():
     kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, data_format="NHWC")
     weights = [f32(8, 8, 3, 3) for _ in range(11)]
