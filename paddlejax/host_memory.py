@@ -25,7 +25,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import platform
 
 ENV = "PADDLEJAX_KEEP_HOST_MEMORY"
 KEEP_BYTES = (1 << 31) - 1  # the most mallopt takes (an int): 2 GiB
@@ -33,14 +32,22 @@ KEEP_BYTES = (1 << 31) - 1  # the most mallopt takes (an int): 2 GiB
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 
 
+def _glibc() -> bool:
+    """Whether the C library this process runs on is glibc (not the one Python was linked against)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError, AttributeError):  # a platform without the name, or without confstr
+        return False
+
+
 @functools.cache
 def keep_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse (once per process); whether it was asked.
 
-    False where ``PADDLEJAX_KEEP_HOST_MEMORY=0``, off Linux, or where the C library has no
+    False where ``PADDLEJAX_KEEP_HOST_MEMORY=0``, where the C library is not glibc, or where it has no
     ``mallopt`` or refuses the settings.
     """
-    if os.environ.get(ENV, "1") == "0" or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if os.environ.get(ENV, "1") == "0" or not _glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the process's own C library

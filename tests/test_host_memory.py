@@ -1,10 +1,11 @@
 """Freed host memory stays with the process, so XLA's CPU buffers are reused without page faults."""
 import os
-import platform
 import subprocess
 import sys
 
 import pytest
+
+from paddlejax.host_memory import _glibc
 
 # an 80 MiB output each call: over glibc's mmap threshold and over what a thread's arena holds
 CALLS = """
@@ -31,7 +32,7 @@ def page_faults_per_call(keep: str) -> tuple[str, int]:
     return kept, int(faults)
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+@pytest.mark.skipif(not _glibc(), reason="glibc's allocator")
 def test_a_call_reuses_the_last_calls_freed_buffers_instead_of_faulting_fresh_pages_in():
     assert page_faults_per_call("1") == ("True", pytest.approx(0, abs=100))
     kept, faults = page_faults_per_call("0")  # glibc's own policy: the 80 MiB mapped afresh every call

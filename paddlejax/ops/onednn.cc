@@ -10,8 +10,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -335,7 +335,7 @@ struct ConvPart {
   ConvShape c;
   size_t x_offset = 0, y_offset = 0;  // bytes
 
-  ConvPart(const ConvShape& whole) : c(whole) {
+  explicit ConvPart(const ConvShape& whole) : c(whole) {
     std::copy(whole.xd.begin(), whole.xd.end(), xd.begin());
     std::copy(whole.yd.begin(), whole.yd.end(), yd.begin());
     std::copy(whole.pad_lo.begin(), whole.pad_lo.end(), pad_lo.begin());
@@ -490,8 +490,8 @@ ffi::Error RunConv(const char* op, const ConvShape& c, const ConvBuffers& b, ffi
   return ffi::Error::Success();
 }
 
-ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> b,
-                      ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
+ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                      ffi::Buffer<ffi::F32> b, ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                       ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                       ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias, int64_t act,
                       float alpha, int64_t weights_id) {
@@ -503,8 +503,8 @@ ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
 }
 
 // int8: y = act(x_scale * w_scale[oc] * conv(x_q, w_q) + bias), the scales already divided by 127
-ffi::Error QuantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
-                               ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
+ffi::Error QuantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
+                               ffi::Buffer<ffi::F32> x_scale, ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
                                ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                                ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                                ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
@@ -520,9 +520,9 @@ ffi::Error QuantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi
 
 // int8 dataflow: the same, requantized to int8 by out_scale (already divided by 127) and clipped
 // to [-127, 127] as the reference clips (oneDNN alone would saturate at -128); `c` says the rest
-ffi::Error RunRequantized(ffi::ThreadPool& pool, ConvShape c, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
-                          ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> out_scale,
-                          ffi::ResultBuffer<ffi::S8>& y, int64_t weights_id) {
+ffi::Error RunRequantized(ffi::ThreadPool& pool, ConvShape c, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
+                          ffi::Buffer<ffi::F32> x_scale, ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
+                          ffi::Buffer<ffi::F32> out_scale, ffi::ResultBuffer<ffi::S8>& y, int64_t weights_id) {
   c.int8 = c.int8_out = true;
   c.per_channel = w_scale.element_count() > 1;
   c.clip = 127.f * *out_scale.typed_data();
@@ -532,8 +532,8 @@ ffi::Error RunRequantized(ffi::ThreadPool& pool, ConvShape c, ffi::Buffer<ffi::S
                  pool);
 }
 
-ffi::Error RequantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
-                                 ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
+ffi::Error RequantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
+                                 ffi::Buffer<ffi::F32> x_scale, ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
                                  ffi::Buffer<ffi::F32> out_scale, ffi::ResultBuffer<ffi::S8> y,
                                  ffi::Span<const int64_t> stride, ffi::Span<const int64_t> pad_lo,
                                  ffi::Span<const int64_t> pad_hi, ffi::Span<const int64_t> dilation, int64_t groups,
@@ -547,9 +547,10 @@ ffi::Error RequantizedConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, f
 
 // int8 residual connection: the same, plus residual_scale * residual before the activation (the
 // residual is copied into y unless XLA aliased them; oneDNN's sum post-op adds it in place)
-ffi::Error ResidualConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> x_scale,
-                              ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> out_scale,
-                              ffi::Buffer<ffi::S8> residual, ffi::Buffer<ffi::F32> residual_scale,
+ffi::Error ResidualConv2dImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
+                              ffi::Buffer<ffi::F32> x_scale, ffi::Buffer<ffi::F32> w_scale, ffi::Buffer<ffi::F32> b,
+                              ffi::Buffer<ffi::F32> out_scale, ffi::Buffer<ffi::S8> residual,
+                              ffi::Buffer<ffi::F32> residual_scale,
                               ffi::ResultBuffer<ffi::S8> y, ffi::Span<const int64_t> stride,
                               ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
                               ffi::Span<const int64_t> dilation, int64_t groups, bool nhwc, bool has_bias,
