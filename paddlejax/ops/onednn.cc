@@ -424,17 +424,22 @@ ffi::Error RunSplit(const char* op, const std::vector<std::unique_ptr<ConvPart>>
   std::vector<std::unordered_map<int, memory>> args(n);
   try {
     dnnl::stream stream(Engine());
+    // weights once per primitive: the batch slices share one, and checking an argument's
+    // weights compares their bytes
+    std::unordered_map<Conv*, memory> weights;
+    for (Conv* conv : distinct) {
+      memory user_w(conv->user_weights, Engine(), const_cast<void*>(b.w));
+      weights[conv] = conv->reorder ? ReorderedWeights(conv, stream, user_w, b.w, b.w_bytes, b.weights_id) : user_w;
+    }
     for (int i = 0; i < n; ++i) {
       Conv* conv = convs[i];
       const ConvPart& p = *parts[i];
-      memory user_w(conv->user_weights, Engine(), const_cast<void*>(b.w));
-      memory weights = conv->reorder ? ReorderedWeights(conv, stream, user_w, b.w, b.w_bytes, b.weights_id) : user_w;
       while (conv->part_scratchpads.size() <= static_cast<size_t>(i)) {
         conv->part_scratchpads.emplace_back(conv->pd.scratchpad_desc(), Engine());
       }
       memory src(conv->src, Engine(), const_cast<char*>(static_cast<const char*>(b.x)) + p.x_offset);
       memory dst(conv->dst, Engine(), static_cast<char*>(b.y) + p.y_offset);
-      args[i] = ExecuteArgs(conv, p.c, b, src, weights, dst, conv->part_scratchpads[i]);
+      args[i] = ExecuteArgs(conv, p.c, b, src, weights[conv], dst, conv->part_scratchpads[i]);
     }
     stream.wait();
   } catch (const dnnl::error& e) {
