@@ -44,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MODELS = ("SmallCNN", "DigitsCNN", "ResNet-18")
 SHAPES = {"SmallCNN": (3, 32, 32), "DigitsCNN": (1, 8, 8), "ResNet-18": (3, 32, 32)}
-OURS = ("plain JAX", "Predictor, XLA kernels", "Predictor")
+OURS = ("plain JAX", "Predictor, XLA kernels", "Predictor", "Predictor, async dispatch")
 BLOCK_CALLS, BLOCK_SECONDS = 5, 0.3
 # between turns: Intel OpenMP's threads (Paddle's) spin 200 ms after their last work
 # (KMP_BLOCKTIME), and would slow whichever process came next
@@ -77,6 +77,10 @@ def our_worker(args: dict) -> None:
     pin(args["threads"])
     sys.path.insert(0, str(HERE))
     os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(), "autotune.json")
+    from paddlejax.dispatch import set_cpu_dispatch
+
+    name, config, batch = args["model"], args["config"], args["batch"]
+    set_cpu_dispatch("async" if config == "Predictor, async dispatch" else "sync")  # before JAX's first call
     import jax
     import numpy as np
     from flax import nnx
@@ -89,7 +93,6 @@ def our_worker(args: dict) -> None:
 
     from cnn_models import MODELS as CNNS, randomise_statistics
 
-    name, config, batch = args["model"], args["config"], args["batch"]
     pj.nn.seed(0)
     if name == "DigitsCNN":
         from paddlejax.models.digits import DigitsCNN
@@ -120,6 +123,8 @@ def our_worker(args: dict) -> None:
                                   if op.type in ("conv2d", "depthwise_conv2d")})
         info["machine"], info["onednn"] = machine(), onednn.unavailable_reason() or "available"
         call = predictor
+    elif config == "Predictor, async dispatch":
+        call = Predictor(program, Config(**buckets))
     else:
         rng = np.random.default_rng(1)
         calibration = [rng.random((batch, *SHAPES[name]), np.float32) for _ in range(4)]
@@ -290,7 +295,8 @@ def report(rows: list[dict], threads: int, batch: int) -> None:
     print(f"\n{rows[0]['machine']}\n{threads} thread{'s' * (threads > 1)}, batch {batch}, float32, NCHW models; "
           f"oneDNN kernels: {rows[0]['onednn']}" + (f"; {paddle}" if paddle else ""))
     columns = list(dict.fromkeys(c for row in rows for c in row["ms"]))
-    print(f"{'model':<11}" + "".join(f"{c:>24}" for c in columns) + f"{'fp32 vs best other':>20}"
+    width = {c: max(24, len(c) + 2) for c in columns}
+    print(f"{'model':<11}" + "".join(f"{c:>{width[c]}}" for c in columns) + f"{'fp32 vs best other':>20}"
           f"{'int8 vs fp32':>14}{'int8 vs Paddle int8':>21}{'created cold / warm':>22}  conv kernels")
     for row in rows:
         ms = row["ms"]
@@ -299,7 +305,7 @@ def report(rows: list[dict], threads: int, batch: int) -> None:
         int8 = f"{ms['Predictor'] / ms['Predictor int8']:.2f}x" if "Predictor int8" in ms else "-"
         theirs = (f"{ms['Paddle Inference int8'] / ms['Predictor int8']:.2f}x"
                   if "Predictor int8" in ms and "Paddle Inference int8" in ms else "-")
-        print(f"{row['model']:<11}" + "".join(f"{ms[c]:>21.3f} ms" if c in ms else f"{'-':>24}" for c in columns)
+        print(f"{row['model']:<11}" + "".join(f"{ms[c]:>{width[c] - 3}.3f} ms" if c in ms else f"{'-':>{width[c]}}" for c in columns)
               + f"{best_other / ms['Predictor']:>19.2f}x{int8:>14}{theirs:>21}"
               + f"{row['cold_s']:>13.1f} s / {row['warm_s']:.1f} s  {', '.join(row['kernels'])}")
 

@@ -7,9 +7,11 @@
 """
 import importlib
 
+from paddlejax.dispatch import dispatch_from_environment
 from paddlejax.host_memory import keep_freed_memory
 
 keep_freed_memory()  # before JAX's first computation: see paddlejax.host_memory
+dispatch_from_environment()  # PADDLEJAX_CPU_DISPATCH, before JAX creates its CPU client
 
 from paddlejax import ops  # noqa: E402
 from paddlejax.capture import CaptureError, InputSpec, trace  # noqa: E402

@@ -395,6 +395,15 @@ def source_line(eqn) -> str | None:
     return None
 
 
+
+def backends_initialized() -> bool:
+    """Whether JAX has created its backends (clients), after which their options are fixed."""
+    from jax._src import xla_bridge  # no public query; an unknown answer counts as created
+
+    query = getattr(xla_bridge, "backends_are_initialized", None)
+    return True if query is None else bool(query())
+
+
 # ---------------------------------------------------------------------------------------
 # lax primitives by name
 

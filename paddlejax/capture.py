@@ -123,13 +123,32 @@ def _module_function(module):
     # a module may also hold plain arrays (not Variables): they are state too
     values = [v.get_value() if isinstance(v, nnx.Variable) else v for v in variables]
     params = {n: x for n, x in zip(names, values) if _is_numeric(x)}
+    shardings = {n: variable_sharding(v) for n, v in zip(names, variables) if n in params and variable_sharding(v)}
 
     def call(p, *inputs):
         new = [v if n not in p else v.replace(p[n]) if isinstance(v, nnx.Variable) else p[n]
                for n, v in zip(names, variables)]
         return nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, new))(*inputs)
 
-    return call, params, type(module).__name__
+    return call, params, shardings, type(module).__name__
+
+
+def variable_sharding(variable) -> tuple | None:
+    """The mesh axes an NNX variable's dimensions are split over (Flax's ``out_sharding``
+    metadata, as ``nnx.with_partitioning`` and the tensor-parallel layers set it), or None.
+
+    >>> from flax import nnx
+    >>> import jax.numpy as jnp
+    >>> variable_sharding(nnx.Param(jnp.ones((2, 4)), out_sharding=(None, "mp"), eager_sharding=False))
+    (None, 'mp')
+    """
+    from flax import nnx
+
+    if not isinstance(variable, nnx.Variable):
+        return None
+    metadata = variable.get_metadata()
+    spec = next((metadata[k] for k in ("out_sharding", "sharding_names", "sharding") if metadata.get(k)), None)
+    return None if spec is None else tuple(tuple(e) if isinstance(e, list) else e for e in spec)
 
 
 def _pytree_function(fn, params):
@@ -156,13 +175,15 @@ def _arg_names(fn, n: int) -> list[str]:
     return names[:n]
 
 
-def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
+def trace(fn, *example_inputs, params=None, name: str | None = None, shardings: dict | None = None) -> Program:
     """Capture ``fn`` (a function or an ``nnx.Module``) on example inputs as a Program.
 
     Example inputs may be arrays, ``jax.ShapeDtypeStruct`` or :class:`InputSpec` (with
     symbolic sizes), arranged in any pytree. For a plain function, ``params=tree`` makes
     ``fn(params, *inputs)`` take its parameters from the program, named by their pytree
-    path. Arrays the function closes over become constants.
+    path. Arrays the function closes over become constants. ``shardings`` maps parameter names
+    to the mesh axes their dimensions are split over (a module's come from its variables'
+    ``out_sharding``); the param ops record them.
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> prog = pj.trace(lambda p, x: x @ p["w"] + p["b"], jnp.ones((4, 2)),
@@ -175,7 +196,8 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
     if isinstance(fn, nnx.Module):
         if params is not None:
             raise TypeError("trace(module, ...) takes its parameters from the module; drop params=")
-        call, flat_params, default_name = _module_function(fn)
+        call, flat_params, module_shardings, default_name = _module_function(fn)
+        shardings = {**module_shardings, **(shardings or {})}
         arg_names = _arg_names(fn.__call__, len(example_inputs))
     elif params is not None:
         call, flat_params = _pytree_function(fn, params)
@@ -207,8 +229,11 @@ def trace(fn, *example_inputs, params=None, name: str | None = None) -> Program:
 
     param_structs = [jax.ShapeDtypeStruct(np.shape(v), jax.numpy.result_type(v)) for v in flat_params.values()]
     jaxpr, consts = adapter.make_jaxpr(flat_fn, param_structs, *structs)
+    unknown = sorted(set(shardings or {}) - set(param_names))
+    if unknown:
+        raise CaptureError(f"shardings name parameters the function does not have: {unknown[:5]}")
     return _Converter().program(jaxpr, consts, param_names, flat_params, input_names,
-                                in_treedef, out_tree[0], name or default_name)
+                                in_treedef, out_tree[0], name or default_name, shardings or {})
 
 
 def insert_jaxpr(rewriter, anchor: Op, jaxpr, consts, operands: list[Value]) -> list[Value]:
@@ -308,13 +333,14 @@ class _Converter:
         self.rule_depth = 0  # how many custom derivative rules enclose the block being built
         self.remat_segments = 0
 
-    def program(self, jaxpr, consts, param_names, params, input_names, in_tree, out_tree, name):
+    def program(self, jaxpr, consts, param_names, params, input_names, in_tree, out_tree, name, shardings):
         n_params = len(param_names)
         input_vars = jaxpr.invars[n_params:]
         body = Block([_type(v.aval) for v in input_vars], "main", input_names)
         env = dict(zip(input_vars, body.args))
         for var, pname in zip(jaxpr.invars[:n_params], param_names):
-            env[var] = body.append(Op("param", [], [_type(var.aval)], {"name": pname})).result
+            layout = {"sharding": shardings[pname]} if pname in shardings else {}
+            env[var] = body.append(Op("param", [], [_type(var.aval)], {"name": pname, **layout})).result
         self._bind_consts(body, env, jaxpr.constvars, consts)
         self._convert(jaxpr, body, env)
         for i, v in enumerate(jaxpr.outvars):

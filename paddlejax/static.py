@@ -22,7 +22,7 @@ import inspect
 
 import jax
 
-from paddlejax.capture import trace
+from paddlejax.capture import trace, variable_sharding
 from paddlejax.ir.core import Program
 
 
@@ -47,6 +47,8 @@ class ModelState:
         self.values = {n: v.get_value() for n, v in zip(self.names, self.variables) if _is_array(v.get_value())}
         self.trainable = {n for n, v in zip(self.names, self.variables)
                           if isinstance(v, nnx.Param) and n in self.values}
+        self.shardings = {n: variable_sharding(v) for n, v in zip(self.names, self.variables)
+                          if n in self.values and variable_sharding(v)}
 
     def merge(self, values: dict):
         """A copy of the model whose variables hold ``values`` (others keep their own)."""
@@ -107,4 +109,5 @@ def to_static(model, *input_spec, train: bool = False, name: str | None = None) 
         return out, {n: v for n, v in new.items() if v is not values[n]}
 
     forward.__signature__ = _with_values_first(model.__call__)  # inputs keep the model's argument names
-    return trace(forward, *input_spec, params=state.values, name=name or type(model).__name__)
+    return trace(forward, *input_spec, params=state.values, name=name or type(model).__name__,
+                 shardings=state.shardings)

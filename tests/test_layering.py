@@ -8,7 +8,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL = ["paddlejax/ops", "paddlejax/ir", "paddlejax/capture.py", "paddlejax/lowering.py",
           "paddlejax/io.py", "paddlejax/stablehlo.py", "paddlejax/adapter.py", "paddlejax/analysis.py",
           "paddlejax/nancheck.py", "paddlejax/autodiff.py", "paddlejax/execution.py", "paddlejax/table.py",
-          "paddlejax/files.py", "paddlejax/arrays.py", "paddlejax/convert", "paddlejax/host_memory.py"]
+          "paddlejax/files.py", "paddlejax/arrays.py", "paddlejax/convert", "paddlejax/host_memory.py",
+          "paddlejax/dispatch.py"]
 RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/static.py", "paddlejax/distributed",
            "paddlejax/inference.py", "paddlejax/hapi.py", "paddlejax/optimizer"]
 # The package face (lazy sub-packages, optional extras) and the command line, on top of all.

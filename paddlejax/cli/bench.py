@@ -16,6 +16,9 @@ import time
 from paddlejax.table import format_table
 
 
+CPU_DISPATCH = "sync"  # each call is waited for: run it on the calling thread (paddlejax.dispatch)
+
+
 def add_arguments(p) -> None:
     p.add_argument("path", help="saved program")
     p.add_argument("--batch", type=int, default=32, help="batch size (default 32)")

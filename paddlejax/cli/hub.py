@@ -34,6 +34,9 @@ COMMANDS = {
 }
 
 
+CPU_DISPATCH = "sync"  # each call is waited for: run it on the calling thread (paddlejax.dispatch)
+
+
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="hub_command", required=True)
     c = {name: sub.add_parser(name, help=text, description=text, formatter_class=p.formatter_class)

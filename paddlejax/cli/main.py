@@ -27,10 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from paddlejax.dispatch import dispatch_from_environment
     from paddlejax.io import ProgramFormatError
     from paddlejax.passes import PassError
 
     try:
+        # commands that call compiled programs and wait for them say so with CPU_DISPATCH = "sync"
+        dispatch_from_environment(getattr(COMMANDS[args.command], "CPU_DISPATCH", None))
         return COMMANDS[args.command].main(args) or 0
     except (ProgramFormatError, PassError, ValueError, KeyError, OSError, ModuleNotFoundError) as e:
         # a KeyError's str() is the repr of its message, quotes included

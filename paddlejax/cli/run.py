@@ -14,6 +14,9 @@ import numpy as np
 from paddlejax.cli.common import check_not_input, file_path, read_arrays
 
 
+CPU_DISPATCH = "sync"  # each call is waited for: run it on the calling thread (paddlejax.dispatch)
+
+
 def add_arguments(p) -> None:
     p.add_argument("path", help="saved program")
     p.add_argument("--input", action="append", required=True, metavar="FILE",

@@ -1,4 +1,4 @@
-"""Distributed training: strategy, fleet, data and pipeline parallel, multi-process launch.
+"""Distributed training: strategy, fleet, data, tensor and pipeline parallel, multi-process launch.
 
 >>> import paddlejax as pj
 >>> pj.distributed.Strategy(sharding={"stage": 1}).sharding.stage
@@ -9,3 +9,5 @@ from paddlejax.distributed.collectives import all_reduce_mean, collective_stats 
 from paddlejax.distributed.data_parallel import DataParallel, merge_gradients  # noqa: F401
 from paddlejax.distributed.mesh import check_batch, dp_axes, dp_size, make_mesh  # noqa: F401
 from paddlejax.distributed.strategy import GradientMerge, Pipeline, Sharding, Strategy, as_strategy  # noqa: F401
+from paddlejax.distributed.tensor_parallel import (ColumnParallelLinear, ParallelCrossEntropy,  # noqa: F401
+                                                   RowParallelLinear, VocabParallelEmbedding)

@@ -23,6 +23,7 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from paddlejax.distributed import tensor_parallel as meta_parallel  # noqa: F401  (Paddle's fleet.meta_parallel)
 from paddlejax.distributed.data_parallel import merge_gradients
 from paddlejax.distributed.env import init_from_env
 from paddlejax.distributed.mesh import make_mesh

@@ -2,13 +2,17 @@
 
 Data parallelism runs over the axis ``"dp"``, or, with ``hierarchical_allreduce``, over the
 pair ``("inter", "intra")`` (``inter_nranks`` groups of neighbouring devices: the nodes). A
-pipeline adds a leading ``"pp"`` axis: the mesh is ``pp_degree x dp_degree``.
+pipeline adds a leading ``"pp"`` axis, tensor parallelism a trailing ``"mp"`` axis (its
+collectives are the most frequent, so its groups are neighbouring devices): the mesh is
+``pp_degree x dp_degree x tensor_parallel_degree``.
 
 >>> import jax
 >>> from paddlejax.distributed import Strategy, make_mesh, dp_axes
 >>> mesh = make_mesh(Strategy(hierarchical_allreduce=True, hierarchical_allreduce_inter_nranks=2))
 >>> dict(mesh.shape), dp_axes(mesh)
 ({'inter': 2, 'intra': 4}, ('inter', 'intra'))
+>>> dict(make_mesh(Strategy(pp_degree=2, tensor_parallel_degree=2)).shape)
+{'pp': 2, 'dp': 2, 'mp': 2}
 """
 from __future__ import annotations
 
@@ -20,23 +24,26 @@ from jax.sharding import Mesh
 
 from paddlejax.distributed.strategy import Strategy
 
-DP, INTER, INTRA, PP = "dp", "inter", "intra", "pp"
+DP, INTER, INTRA, PP, MP = "dp", "inter", "intra", "pp", "mp"
 
 
 def make_mesh(strategy: Strategy | None = None, devices=None) -> Mesh:
     """The mesh ``strategy`` asks for over ``devices`` (default ``jax.devices()``).
 
-    Raises ``ValueError`` when ``pp_degree x dp_degree`` is not the device count, or when
-    ``hierarchical_allreduce_inter_nranks`` does not divide the data-parallel size.
+    Raises ``ValueError`` when ``pp_degree x dp_degree x tensor_parallel_degree`` is not the
+    device count, or when ``hierarchical_allreduce_inter_nranks`` does not divide the
+    data-parallel size.
     """
     strategy = strategy or Strategy()
     devices = np.asarray(jax.devices() if devices is None else devices).reshape(-1)
-    n, pp = devices.size, strategy.pp_size
-    if strategy.dp_degree is None and n % pp:
-        raise ValueError(f"Strategy: pp_degree {pp} does not divide the device count {n}")
-    dp = strategy.dp_degree if strategy.dp_degree is not None else n // pp
-    if pp * dp != n:
-        raise ValueError(f"Strategy: pp_degree {pp} x dp_degree {dp} = {pp * dp} devices, but there are {n}")
+    n, pp, mp = devices.size, strategy.pp_size, strategy.tensor_parallel_degree
+    if strategy.dp_degree is None and n % (pp * mp):
+        raise ValueError(f"Strategy: pp_degree {pp} x tensor_parallel_degree {mp} does not divide the device "
+                         f"count {n}")
+    dp = strategy.dp_degree if strategy.dp_degree is not None else n // (pp * mp)
+    if pp * dp * mp != n:
+        raise ValueError(f"Strategy: pp_degree {pp} x dp_degree {dp} x tensor_parallel_degree {mp} = "
+                         f"{pp * dp * mp} devices, but there are {n}")
     if strategy.sharding.degree not in (None, dp):
         raise ValueError(f"Strategy.sharding.degree: {strategy.sharding.degree} must equal the data-parallel "
                          f"size {dp} (ZeRO shards over all data-parallel devices)")
@@ -50,12 +57,14 @@ def make_mesh(strategy: Strategy | None = None, devices=None) -> Mesh:
         shape, names = (dp,), (DP,)
     if pp > 1:
         shape, names = (pp, *shape), (PP, *names)
+    if mp > 1:
+        shape, names = (*shape, mp), (*names, MP)
     return Mesh(devices.reshape(shape), names)
 
 
 def dp_axes(mesh: Mesh) -> tuple[str, ...]:
-    """The mesh axes data parallelism runs over (every axis but ``"pp"``)."""
-    return tuple(a for a in mesh.axis_names if a != PP)
+    """The mesh axes data parallelism runs over (every axis but ``"pp"`` and ``"mp"``)."""
+    return tuple(a for a in mesh.axis_names if a not in (PP, MP))
 
 
 def dp_size(mesh: Mesh) -> int:

@@ -127,8 +127,13 @@ class Strategy:
             groups.
         sharding: :class:`Sharding` (ZeRO stage 0-3, degree).
         pipeline: :class:`Pipeline` (stages, micro_batches, schedule).
-        dp_degree: data-parallel size; None takes every device left over by ``pp_degree``.
+        dp_degree: data-parallel size; None takes every device left over by ``pp_degree`` and
+            ``tensor_parallel_degree``.
         pp_degree: pipeline size; None takes ``pipeline.stages``.
+        tensor_parallel_degree: the size of the ``"mp"`` mesh axis that tensor-parallel layers
+            (:mod:`paddlejax.distributed.tensor_parallel`) split their weights over; neighbouring
+            devices, as Megatron places them. XLA's partitioner places every collective of such a
+            step, so ZeRO and hierarchical all-reduce (hand-placed collectives) do not combine with it.
 
     >>> s = Strategy(hierarchical_allreduce=True, hierarchical_allreduce_inter_nranks=2)
     >>> s.replace(dp_degree=8).dp_degree
@@ -146,6 +151,7 @@ class Strategy:
     pipeline: Pipeline = field(default_factory=Pipeline)
     dp_degree: int | None = None
     pp_degree: int | None = None
+    tensor_parallel_degree: int = 1
 
     def __post_init__(self):
         if self.amp not in AMP:
@@ -161,11 +167,16 @@ class Strategy:
                              "has no effect without hierarchical_allreduce=True; set that too, or leave it at 1")
         _optional_int("Strategy", "dp_degree", self.dp_degree)
         _optional_int("Strategy", "pp_degree", self.pp_degree)
+        _int("Strategy", "tensor_parallel_degree", self.tensor_parallel_degree, 1)
         for name, cls in (("gradient_merge", GradientMerge), ("sharding", Sharding), ("pipeline", Pipeline)):
             object.__setattr__(self, name, _nested("Strategy", name, getattr(self, name), cls))
         if self.pp_degree is not None and self.pipeline.stages > 1 and self.pp_degree != self.pipeline.stages:
             raise ValueError(f"Strategy.pp_degree: {self.pp_degree} differs from pipeline.stages "
                              f"{self.pipeline.stages}")
+        if self.tensor_parallel_degree > 1 and (self.sharding.stage or self.hierarchical_allreduce):
+            what = f"sharding.stage={self.sharding.stage}" if self.sharding.stage else "hierarchical_allreduce"
+            raise ValueError(f"Strategy.tensor_parallel_degree: {self.tensor_parallel_degree} does not combine with "
+                             f"{what}: under tensor parallelism XLA's partitioner places the collectives")
 
     @property
     def pp_size(self) -> int:

@@ -10,7 +10,7 @@ source location)::
     arg     := VALUE ':' type
     op      := [VALUE {',' VALUE} '='] body
     body    := 'return' [VALUE {',' VALUE}] [attrs]
-             | 'param' SYMBOL ':' type
+             | 'param' SYMBOL [attrs] ':' type
              | 'constant' (SYMBOL | literal) ':' type
              | OPNAME '(' [VALUE {',' VALUE}] ')' [attrs] ':' [type {',' type}] ['(' {block} ')']
     block   := NAME '(' [arg {',' arg}] ')' '{' {op} '}'
@@ -444,7 +444,13 @@ class _Parser:
         pos = self.next_token()
         kind = next((k for k in ("param", "constant") if self.keyword(k)), None)
         if kind:
-            if kind == "param" or self.peek("@"):
+            if kind == "param":
+                name = self.symbol()
+                attrs = self.attrs()  # a parameter's layout: {sharding=(...)}
+                if "name" in attrs:
+                    raise self.error("a param's name is its @symbol, not an attribute", pos)
+                return kind, [], {"name": name, **attrs}
+            if self.peek("@"):
                 return kind, [], {"name": self.symbol()}
             literal = self.value(MAX_DEPTH)
             if not isinstance(literal, (bool, int, float, complex)):

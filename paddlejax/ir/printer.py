@@ -86,7 +86,9 @@ def _op_lines(op: Op, namer: Namer, indent: str, locs: bool) -> list[str]:
     results = ", ".join(f"%{namer.result(r)}" for r in op.results)
     types = ", ".join(str(r.type) for r in op.results)
     if op.type == "param":
-        head = f"param {format_symbol(op.attrs['name'])}"
+        layout = {k: v for k, v in op.attrs.items() if k != "name"}
+        head = f"param {format_symbol(op.attrs['name'])}" + (
+            " {" + ", ".join(f"{k}={format_value(v)}" for k, v in layout.items()) + "}" if layout else "")
     elif op.type == "constant" and "name" in op.attrs:
         head = f"constant {format_symbol(op.attrs['name'])}"
     elif op.type == "constant":

@@ -18,6 +18,7 @@ import numpy as np
 from paddlejax import adapter
 from paddlejax.ir import attrs as attrs_lib
 from paddlejax.ir.core import Block, Op, Program, TensorType, Value
+from paddlejax.ops.sharding import sharding_problem
 
 STRUCTURAL = ("param", "constant", "return", "cond", "while", "scan", "custom_jvp", "custom_vjp", "reduce",
               "custom_linear_solve")
@@ -169,6 +170,14 @@ class _Verifier:
         want = TensorType.of(self.program.params[name])
         if want != out_types[0]:
             raise VerificationError(f"parameter '{name}' is {want} but the program says {out_types[0]}")
+        unknown = sorted(set(op.attrs) - {"name", "sharding"})
+        if unknown:
+            raise VerificationError(f"parameter '{name}' has unknown attributes {unknown}; a param takes only "
+                                    "sharding")
+        if "sharding" in op.attrs:
+            problem = sharding_problem(op.attrs["sharding"], len(want.shape))
+            if problem:
+                raise VerificationError(f"parameter '{name}': sharding {problem}")
 
     def _check_constant(self, op, out_types):
         if op.operands or len(out_types) != 1:

@@ -27,3 +27,4 @@ from paddlejax.ops.resize import interpolate  # noqa: F401
 from paddlejax.ops.rnn import gru, lstm  # noqa: F401
 from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401
 from paddlejax.ops.shape import cast, concat, pad, reshape, slice, split, transpose  # noqa: F401, A004
+from paddlejax.ops.sharding import sharding_constraint  # noqa: F401

@@ -54,6 +54,24 @@ def test_the_trainer_takes_a_strategy_as_a_dict_of_its_fields():
         pj.Trainer(model, optax.sgd(0.1), strategy="dp")
 
 
+def test_tensor_parallel_meshes_put_mp_innermost_so_its_groups_are_neighbours():
+    mesh = make_mesh(Strategy(tensor_parallel_degree=2))
+    assert dict(mesh.shape) == {"dp": 4, "mp": 2} and dp_axes(mesh) == ("dp",) and dp_size(mesh) == 4
+    assert [d.id for d in mesh.devices[0]] == [d.id for d in jax.devices()[:2]]
+    mesh = make_mesh(Strategy(pp_degree=2, tensor_parallel_degree=2))
+    assert dict(mesh.shape) == {"pp": 2, "dp": 2, "mp": 2} and dp_axes(mesh) == ("dp",)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tensor_parallel_degree": 0}, "tensor_parallel_degree: expected an int >= 1, got 0"),
+    ({"tensor_parallel_degree": 2, "sharding": {"stage": 1}}, "does not combine with sharding.stage=1"),
+    ({"tensor_parallel_degree": 2, "hierarchical_allreduce": True}, "does not combine with hierarchical_allreduce"),
+])
+def test_tensor_parallel_options_that_cannot_work_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Strategy(**kwargs)
+
+
 def test_pipeline_and_hierarchical_meshes():
     mesh = make_mesh(Strategy(pp_degree=2))
     assert dict(mesh.shape) == {"pp": 2, "dp": 4} and dp_axes(mesh) == ("dp",)
@@ -64,8 +82,10 @@ def test_pipeline_and_hierarchical_meshes():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"dp_degree": 4}, "pp_degree 1 x dp_degree 4 = 4 devices, but there are 8"),
-    ({"pp_degree": 3}, "pp_degree 3 does not divide the device count 8"),
+    ({"dp_degree": 4}, "pp_degree 1 x dp_degree 4 x tensor_parallel_degree 1 = 4 devices, but there are 8"),
+    ({"pp_degree": 3}, "pp_degree 3 x tensor_parallel_degree 1 does not divide the device count 8"),
+    ({"pp_degree": 2, "tensor_parallel_degree": 3}, "pp_degree 2 x tensor_parallel_degree 3 does not divide"),
+    ({"tensor_parallel_degree": 2, "dp_degree": 2}, "dp_degree 2 x tensor_parallel_degree 2 = 4 devices"),
     ({"hierarchical_allreduce": True, "hierarchical_allreduce_inter_nranks": 3},
      "hierarchical_allreduce_inter_nranks: 3 does not divide the data-parallel size 8"),
     ({"sharding": {"stage": 1, "degree": 4}}, "sharding.degree: 4 must equal the data-parallel size 8"),

@@ -479,6 +479,30 @@ def test_second_run_takes_the_plan_from_the_cache(prog, timings, plan_timings, t
     assert str(again) == str(first)
 
 
+def test_a_close_call_is_settled_by_timing_the_program_with_the_runner_up(prog, timings, plan_timings, tmp_path):
+    # winograd is within 10 % of im2col alone; in the program it is faster
+    timings[0]["winograd"] = 1.05
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0, "NCHW, tuned kernels, runners-up": 3.0})
+    tuned = prog.clone()
+    result, plans = tune_plans(tuned, tmp_path / "c.json", layout="keep")
+    assert plan_labels(plans)[0] == ("NCHW, tuned kernels, runners-up", 3.0)
+    assert [op.attrs.get("kernel") for op in tuned.walk() if "conv" in op.type] == ["winograd", "depthwise_shifted"]
+    x = np.random.default_rng(2).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(tuned(x), prog(x), rtol=1e-4, atol=1e-4)
+    # the next run reads the same three plans from the cache and makes the same choice
+    timings[1].clear()
+    plan_timings[1].clear()
+    again = prog.clone()
+    result, _ = tune_plans(again, tmp_path / "c.json", layout="keep")
+    assert timings[1] == [] and plan_timings[1] == [] and str(again) == str(tuned)
+
+
+def test_without_a_close_call_there_is_no_runners_up_plan(prog, timings, plan_timings, tmp_path):
+    plan_timings[0].update({"NCHW": 5.0, "NCHW, tuned kernels": 4.0})
+    _, plans = tune_plans(prog, tmp_path / "c.json", layout="keep")
+    assert sorted(p.label for p in plans) == ["NCHW", "NCHW, tuned kernels"]
+
+
 def test_frozen_tuning_compiles_the_weights_in_as_constants(prog, monkeypatch, tmp_path):
     seen = []
 
