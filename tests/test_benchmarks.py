@@ -101,6 +101,14 @@ def test_quant_quick():
     assert all(int(r[1]) > 0 and float(r[5]) > 2.5 and float(r[6]) < 0.1 for r in rows), out  # quantized, smaller, close
 
 
+def test_distributed_scale_quick():
+    out = run_quick("distributed_scale.py", timeout=180)
+    rows = dict(re.findall(r"^(data parallel \(dp=8\)|tensor parallel 8)\s+\d+\.\d\d\s+(\d\.\d\d)x", out, re.M))
+    assert rows.keys() == {"data parallel (dp=8)", "tensor parallel 8"}, out
+    # tensor parallel splits the encoder's matrices over the 8 devices: each holds less
+    assert float(rows["tensor parallel 8"]) < 1.0 == float(rows["data parallel (dp=8)"]), out
+
+
 def test_distributed_quick():
     out = run_quick("distributed.py", timeout=120)
     fusion = dict(re.findall(r"^  (one per gradient \(no fusion\)|fused, buckets of 32 MB)\s+(\d+)\s", out, re.M))

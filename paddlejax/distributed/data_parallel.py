@@ -13,6 +13,12 @@ bucket (:class:`~paddlejax.distributed.zero.FlatLayout`: one bucket per paramete
   only its slice);
 - stage 3: parameters also stay sharded at rest and are all-gathered for the forward pass.
 
+Two modes replace the gradient all-reduce (stage 0, on their own): Local SGD
+(``strategy.localsgd``) keeps one copy of the parameters and optimizer state per device (a
+leading device axis, sharded), updates each from its own gradients and averages the copies
+every ``k_steps`` steps; DGC (``strategy.dgc``) sends each gradient's largest entries only,
+gathered as (index, value) rows, and keeps the rest per device as residuals.
+
 Gradient merge (``strategy.gradient_merge.k_steps = k``) communicates once per update, as
 Paddle's does: below stage 2 every device adds its own gradients into a local buffer and the
 all-reduce runs on the ``k``-th micro-step only (inside a ``lax.cond``); at stages 2 and 3 each
@@ -41,6 +47,7 @@ True
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Callable
 
@@ -109,6 +116,7 @@ class DataParallel:
         self.size = dp_size(self.mesh)
         self.stage = self.strategy.sharding.stage
         self.k_steps = self.strategy.gradient_merge.k_steps
+        self.localsgd, self.dgc = self.strategy.localsgd, self.strategy.dgc
         self.layout: FlatLayout | None = None  # set by init
 
     # -- layout ----------------------------------------------------------------------------------
@@ -122,22 +130,27 @@ class DataParallel:
 
     @property
     def params_spec(self) -> P:
-        """Where the parameters live: replicated, or (ZeRO-3) the flat vector sharded."""
-        return P(self.axes) if self.stage == 3 else P()
+        """Where the parameters live: replicated, or (ZeRO-3) the flat vector sharded, or (Local
+        SGD) one copy per device."""
+        return P(self.axes) if self.stage == 3 or self.localsgd else P()
 
     def init(self, params: dict, tx: optax.GradientTransformation) -> dict:
         """The state ``{"params", "opt", "merge"}`` for ``params`` placed on the mesh: optimizer
         state (ZeRO >= 1) and parameters (ZeRO-3) as a flat vector sharded over the devices;
-        ``merge`` holds the gradient-merge buffer and micro-step count (empty when ``k_steps`` is 1)."""
+        ``merge`` holds the per-device state between steps (:meth:`_merge_buffer`: gradient merge's
+        buffer, DGC's momentum and residuals, step counts; empty for plain data parallelism)."""
         s, tx = self.strategy, _unmerged(tx)
         self.layout = FlatLayout(params, self.size, s.fuse_grad_size_in_MB if s.fuse_all_reduce else None)
-        if self.stage == 0:
+        if self.localsgd:  # a copy per device, and each copy's optimizer state
+            copies = jax.tree.map(lambda p: jnp.broadcast_to(p, (self.size, *jnp.shape(p))), params)
+            state = {"params": copies, "opt": jax.vmap(tx.init)(copies)}
+        elif self.stage == 0:
             state = {"params": params, "opt": tx.init(params)}
         else:
             self._check_elementwise(tx)
             flat = self.layout.shard(params)
             state = {"params": flat if self.stage == 3 else params, "opt": tx.init(flat)}
-        state["merge"] = self._merge_buffer(params) if self.k_steps > 1 else {}
+        state["merge"] = self._merge_buffer(params)
         # fresh buffers: steps donate the state, which must not free the caller's arrays
         state = jax.tree.map(lambda x: jnp.array(x, copy=True), state)
         return jax.device_put(state, jax.tree.map(self.sharding, self.specs(state)))
@@ -173,15 +186,19 @@ class DataParallel:
         vector's length."""
         def spec(leaf):
             sliced = self.stage and leaf.ndim == 1 and leaf.shape[0] == self.layout.length
-            return P(self.axes) if sliced else P()
+            return P(self.axes) if sliced or self.localsgd else P()
 
-        merge = {"grads": jax.tree.map(lambda _: P(self.axes), state["merge"]["grads"]), "count": P()} \
-            if state["merge"] else {}
+        # everything in the merge state is per device (a leading device axis) but its step count
+        merge = {k: P() if k == "count" else jax.tree.map(lambda _: P(self.axes), v)
+                 for k, v in state["merge"].items()}
         return {"params": jax.tree.map(lambda _: self.params_spec, state["params"]),
                 "opt": jax.tree.map(spec, state["opt"]), "merge": merge}
 
     def full_params(self, params):
-        """The parameters as a dict from :meth:`init`'s layout (outside ``shard_map``)."""
+        """The parameters as a dict from :meth:`init`'s layout (outside ``shard_map``); under Local
+        SGD the mean of the devices' copies (the copies themselves just after they are averaged)."""
+        if self.localsgd:
+            return jax.tree.map(lambda p: jnp.mean(p, axis=0).astype(p.dtype), params)
         return self.layout.tree(params) if self.stage == 3 else params
 
     def gather(self, params):
@@ -196,7 +213,7 @@ class DataParallel:
     def update_specs(self, state: dict) -> dict:
         """The ``out_specs`` of :meth:`update`'s parameters and optimizer state."""
         specs = self.specs(state)
-        return {**specs, "params": P(self.axes) if self.stage else specs["params"]}
+        return {**specs, "params": P(self.axes) if self.stage or self.localsgd else specs["params"]}
 
     def shard_batch(self, batch):
         """``batch`` (a pytree of arrays with a leading batch axis) split over the devices.
@@ -218,6 +235,8 @@ class DataParallel:
         gradients (replicated inputs would be summed over the devices by the transpose)."""
         if self.stage == 3:  # all_gather's result is already varying
             return self.layout.tree(lax.all_gather(params, self.axes, tiled=True))
+        if self.localsgd:  # this device's own copy
+            return jax.tree.map(lambda p: p[0], params)
         return jax.tree.map(lambda p: lax.pcast(p, self.axes, to="varying"), params)
 
     def _slice(self, tree):
@@ -227,12 +246,16 @@ class DataParallel:
     def reduce_gradients(self, grads):
         """The mean of every device's ``grads``: the whole dict (ZeRO 0/1: all-reduce, fused and
         hierarchical as the strategy says), or this device's flat slice (ZeRO 2/3: a
-        reduce-scatter per bucket)."""
+        reduce-scatter per bucket); sent in ``strategy.comm_dtype`` where it names one."""
         s = self.strategy
+        wire = jnp.dtype(s.comm_dtype) if s.comm_dtype else None
+        sent = grads if wire is None else jax.tree.map(
+            lambda g: g.astype(wire) if jnp.issubdtype(g.dtype, jnp.floating) else g, grads)
         if self.stage >= 2:
-            return self.layout.reduce_scatter(grads, self.axes) / self.size
-        mean = all_reduce_mean(grads, self.axes, fuse=s.fuse_all_reduce, bucket_mb=s.fuse_grad_size_in_MB,
+            return (self.layout.reduce_scatter(sent, self.axes) / self.size).astype(self.layout.dtype)
+        mean = all_reduce_mean(sent, self.axes, fuse=s.fuse_all_reduce, bucket_mb=s.fuse_grad_size_in_MB,
                                hierarchical=s.hierarchical_allreduce)
+        mean = jax.tree.map(lambda m, g: m.astype(g.dtype), mean, grads)
         return self._slice(mean) if self.stage == 1 else mean
 
     def all_finite(self, grads) -> jax.Array:
@@ -254,12 +277,19 @@ class DataParallel:
         return optax.apply_updates(params, deltas), opt
 
     def _merge_buffer(self, params) -> dict:
-        """Zeros for the merged gradients: each device's own (a leading device axis on every
-        leaf), or at stages 2/3 its slice of the flat vector; and the micro-step count."""
-        if self.stage >= 2:
-            grads = jnp.zeros(self.layout.length, self.layout.dtype)
-        else:
-            grads = jax.tree.map(lambda p: jnp.zeros((self.size, *jnp.shape(p)), jnp.result_type(p)), params)
+        """The per-device state between steps: for gradient merge, zeros for the merged gradients
+        (each device's own, a leading device axis on every leaf, or at stages 2/3 its slice of
+        the flat vector) and the micro-step count; for DGC each device's momentum ``u`` and
+        residual ``v``, and the step count; for Local SGD the step count; else nothing."""
+        per_device = lambda: jax.tree.map(  # noqa: E731
+            lambda p: jnp.zeros((self.size, *jnp.shape(p)), jnp.result_type(p)), params)
+        if self.dgc:
+            return {"u": per_device(), "v": per_device(), "count": jnp.int32(0)}
+        if self.localsgd:
+            return {"count": jnp.int32(0)}
+        if self.k_steps == 1:
+            return {}
+        grads = jnp.zeros(self.layout.length, self.layout.dtype) if self.stage >= 2 else per_device()
         return {"grads": grads, "count": jnp.int32(0)}
 
     def apply_gradients(self, grads, params, opt, merge: dict, tx: optax.GradientTransformation):
@@ -268,6 +298,11 @@ class DataParallel:
         says) on every ``k_steps``-th call. Returns (parameters or this device's slice of them,
         optimizer state, merge state)."""
         tx = _unmerged(tx)
+        if self.localsgd:
+            return self._local_sgd(grads, params, opt, merge, tx)
+        if self.dgc:
+            mean, merge = self._compressed(grads, merge)
+            return (*self.update(mean, params, opt, tx), merge)
         if self.k_steps == 1:
             return (*self.update(self.reduce_gradients(grads), params, opt, tx), merge)
         if self.stage >= 2:
@@ -287,6 +322,60 @@ class DataParallel:
 
         params, opt, acc = lax.cond(count % self.k_steps == 0, apply, hold, acc)
         return params, opt, {"grads": acc, "count": count}
+
+    def _local_sgd(self, grads, params, opt, merge, tx):
+        """Local SGD: this device's copy updated from its own gradients, the copies averaged on
+        every ``k_steps``-th step (every step before ``begin_step``)."""
+        own = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+        stacked = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731
+        params, opt = own(params), own(opt)
+        deltas, opt = tx.update(grads, opt, params)
+        params = optax.apply_updates(params, deltas)
+        count = merge["count"] + 1
+        k, begin = self.localsgd.k_steps, self.localsgd.begin_step
+        sync = (count <= begin) | ((count - begin) % k == 0)
+        average = lambda p: jax.tree.map(  # noqa: E731
+            lambda x: lax.pcast(lax.pmean(x, self.axes), self.axes, to="varying"), p)
+        params = lax.cond(sync, average, lambda p: p, params)
+        return stacked(params), stacked(opt), {"count": count}
+
+    def _compressed(self, grads, merge):
+        """DGC: the mean over the devices of each one's largest accumulated entries (momentum
+        corrected), exchanged as (index, value) rows, and the per-device momentum and residuals
+        with the sent entries cleared; dense (every entry sent) before ``rampup_begin_step``."""
+        dgc, n = self.dgc, self.size
+        count = merge["count"] + 1
+        u = jax.tree.map(lambda a, g: dgc.momentum * a[0] + g, merge["u"], grads)
+        v = jax.tree.map(lambda a, b: a[0] + b, merge["v"], u)
+
+        def sparse(v):
+            leaves, tree = jax.tree.flatten(v)
+            mean, sent = [], []
+            for leaf in leaves:
+                flat = leaf.reshape(-1)
+                k = max(1, math.ceil((1 - dgc.sparsity) * flat.size))
+                _, index = lax.top_k(jnp.abs(flat), k)
+                # every device's rows, made whole on every device by a sum of rows only one device
+                # fills (an all-gather whose result is the same everywhere)
+                rows = lambda x: lax.psum(jnp.zeros((n, k), x.dtype).at[lax.axis_index(self.axes)].set(x),  # noqa: E731
+                                          self.axes)
+                # zeros of no device's (not zeros_like: a device's own would make the sum its own too)
+                where, values = rows(index).reshape(-1), rows(flat[index]).reshape(-1)
+                summed = jnp.zeros(flat.shape, flat.dtype).at[where].add(values)
+                mean.append((summed / n).reshape(leaf.shape))
+                sent.append(jnp.zeros(flat.size, bool).at[index].set(True).reshape(leaf.shape))
+            return jax.tree.unflatten(tree, mean), jax.tree.unflatten(tree, sent)
+
+        def dense(v):
+            everything = lambda x: lax.pcast(jnp.ones(x.shape, bool), self.axes, to="varying")  # noqa: E731
+            return jax.tree.map(lambda x: lax.pmean(x, self.axes), v), jax.tree.map(everything, v)
+
+        if dgc.rampup_begin_step:
+            mean, sent = lax.cond(count > dgc.rampup_begin_step, sparse, dense, v)
+        else:
+            mean, sent = sparse(v)
+        clear = lambda tree: jax.tree.map(lambda x, s: jnp.where(s, 0, x)[None], tree, sent)  # noqa: E731
+        return mean, {"u": clear(u), "v": clear(v), "count": count}
 
     def clip_by_global_norm(self, max_norm: float) -> optax.GradientTransformation:
         """``optax.clip_by_global_norm`` that is exact when gradients are ZeRO slices (the squared

@@ -20,6 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 AMP = (None, "bf16", "fp16")
+COMM_DTYPES = (None, "bfloat16", "float16")
 SCHEDULES = ("gpipe", "1f1b")
 
 
@@ -72,6 +73,49 @@ class Sharding:
         if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
             raise ValueError(f"Sharding.stage: expected 0, 1, 2 or 3, got {self.stage!r}")
         _optional_int("Sharding", "degree", self.degree)
+
+
+@dataclass(frozen=True)
+class LocalSGD:
+    """Local SGD: every device updates its own copy of the parameters from its own gradients, and
+    the copies are averaged every ``k_steps`` steps (every step before ``begin_step``), so
+    gradients are never all-reduced (Paddle's ``localsgd_configs``).
+
+    >>> LocalSGD(k_steps=4)
+    LocalSGD(k_steps=4, begin_step=0)
+    """
+
+    k_steps: int = 1
+    begin_step: int = 0
+
+    def __post_init__(self):
+        _int("LocalSGD", "k_steps", self.k_steps, 1)
+        _int("LocalSGD", "begin_step", self.begin_step, 0)
+
+
+@dataclass(frozen=True)
+class DGC:
+    """Deep gradient compression: each device sends only the ``1 - sparsity`` largest entries of
+    every gradient (by magnitude) and keeps the rest as a residual added to its next gradients,
+    with momentum correction (``momentum`` applied before sparsifying, the momentum of a sent entry
+    cleared) as Paddle's ``DGCMomentumOptimizer``; dense, all-reduced steps before
+    ``rampup_begin_step``. The optimizer given to the Trainer must then be plain ``optax.sgd(lr)``:
+    the momentum is DGC's.
+
+    >>> DGC(sparsity=0.99).momentum
+    0.9
+    """
+
+    sparsity: float = 0.999
+    momentum: float = 0.9
+    rampup_begin_step: int = 0
+
+    def __post_init__(self):
+        for name in ("sparsity", "momentum"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f"DGC.{name}: expected a number in [0, 1), got {value!r}")
+        _int("DGC", "rampup_begin_step", self.rampup_begin_step, 0)
 
 
 @dataclass(frozen=True)
@@ -130,6 +174,11 @@ class Strategy:
         dp_degree: data-parallel size; None takes every device left over by ``pp_degree`` and
             ``tensor_parallel_degree``.
         pp_degree: pipeline size; None takes ``pipeline.stages``.
+        localsgd: :class:`LocalSGD` (k_steps, begin_step), or None: synchronous gradients.
+        dgc: :class:`DGC` (sparsity, momentum, rampup_begin_step), or None: dense gradients.
+        comm_dtype: the type gradients travel in between data-parallel devices (``"bfloat16"`` or
+            ``"float16"``: half the bytes of float32, Paddle 2.3's BF16 communication; the sum is
+            rounded to that type, then cast back); None sends them as they are.
         tensor_parallel_degree: the size of the ``"mp"`` mesh axis that tensor-parallel layers
             (:mod:`paddlejax.distributed.tensor_parallel`) split their weights over; neighbouring
             devices, as Megatron places them. XLA's partitioner places every collective of such a
@@ -152,6 +201,9 @@ class Strategy:
     dp_degree: int | None = None
     pp_degree: int | None = None
     tensor_parallel_degree: int = 1
+    comm_dtype: str | None = None
+    localsgd: LocalSGD | None = None
+    dgc: DGC | None = None
 
     def __post_init__(self):
         if self.amp not in AMP:
@@ -168,15 +220,40 @@ class Strategy:
         _optional_int("Strategy", "dp_degree", self.dp_degree)
         _optional_int("Strategy", "pp_degree", self.pp_degree)
         _int("Strategy", "tensor_parallel_degree", self.tensor_parallel_degree, 1)
-        for name, cls in (("gradient_merge", GradientMerge), ("sharding", Sharding), ("pipeline", Pipeline)):
-            object.__setattr__(self, name, _nested("Strategy", name, getattr(self, name), cls))
+        for name, cls in (("gradient_merge", GradientMerge), ("sharding", Sharding), ("pipeline", Pipeline),
+                          ("localsgd", LocalSGD), ("dgc", DGC)):
+            if getattr(self, name) is not None or name not in ("localsgd", "dgc"):
+                object.__setattr__(self, name, _nested("Strategy", name, getattr(self, name), cls))
+        self._check_gradient_modes()
         if self.pp_degree is not None and self.pipeline.stages > 1 and self.pp_degree != self.pipeline.stages:
             raise ValueError(f"Strategy.pp_degree: {self.pp_degree} differs from pipeline.stages "
                              f"{self.pipeline.stages}")
+        if self.comm_dtype not in COMM_DTYPES:
+            raise ValueError(f"Strategy.comm_dtype: expected one of {', '.join(map(repr, COMM_DTYPES))}, "
+                             f"got {self.comm_dtype!r}")
+        if self.comm_dtype is not None and (self.tensor_parallel_degree > 1 or self.pp_size > 1):
+            raise ValueError(f"Strategy.comm_dtype: {self.comm_dtype!r} applies to data-parallel gradients; "
+                             "tensor-parallel and pipeline steps communicate in the gradients' own type")
         if self.tensor_parallel_degree > 1 and (self.sharding.stage or self.hierarchical_allreduce):
             what = f"sharding.stage={self.sharding.stage}" if self.sharding.stage else "hierarchical_allreduce"
             raise ValueError(f"Strategy.tensor_parallel_degree: {self.tensor_parallel_degree} does not combine with "
                              f"{what}: under tensor parallelism XLA's partitioner places the collectives")
+
+    def _check_gradient_modes(self) -> None:
+        """Local SGD and DGC replace the gradient all-reduce of plain data parallelism, so they
+        combine with nothing else that changes it."""
+        modes = [n for n in ("localsgd", "dgc") if getattr(self, n) is not None]
+        if not modes:
+            return
+        clashes = [what for what, on in (("the other of localsgd and dgc", len(modes) > 1),
+                                         (f"sharding.stage={self.sharding.stage}", self.sharding.stage > 0),
+                                         ("gradient_merge", self.gradient_merge.k_steps > 1),
+                                         ("comm_dtype", self.comm_dtype is not None),
+                                         ("tensor or pipeline parallelism",
+                                          self.tensor_parallel_degree > 1 or self.pp_size > 1)) if on]
+        if clashes:
+            raise ValueError(f"Strategy.{modes[0]}: replaces the gradient all-reduce, so it does not combine with "
+                             f"{', '.join(clashes)}")
 
     @property
     def pp_size(self) -> int:

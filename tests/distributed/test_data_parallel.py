@@ -139,6 +139,112 @@ def test_zero2_reduce_scatters_gradients_bucket_by_bucket_and_zero3_gathers_para
     assert (zero3["all-gather"], zero3["all-gather bytes"], zero3["reduce-scatter"]) == (1, 408 * 4, 6)
 
 
+@pytest.mark.parametrize("stage", [0, 2])
+def test_bf16_communication_halves_the_gradient_bytes_and_stays_within_bf16_rounding(stage):
+    strategy = Strategy(sharding={"stage": stage}, fuse_all_reduce=True)
+    # the program as written: XLA's CPU backend widens a bf16 collective back to f32 when it
+    # compiles (its collectives sum f32), where GPU and TPU collectives send bf16
+    wide, narrow = (collective_stats(lowered(strategy.replace(comm_dtype=c)).as_text(dialect="hlo"))
+                    for c in (None, "bfloat16"))
+    kind = "reduce-scatter" if stage else "all-reduce"
+    # the loss is all-reduced in float32 either way (4 bytes)
+    assert narrow[f"{kind} bytes"] - 4 * (not stage) == (wide[f"{kind} bytes"] - 4 * (not stage)) // 2
+    want = single_device(optax.sgd(0.1))
+    _, state = data_parallel(strategy.replace(comm_dtype="bfloat16"), optax.sgd(0.1))
+    got = DataParallel(strategy).full_params(state["params"]) if stage == 3 else state["params"]
+    for name in want:  # five steps of gradients each rounded to bf16 (8 significant bits)
+        rel = np.max(np.abs(got[name] - want[name])) / np.max(np.abs(want[name]))
+        assert rel <= 1e-2, (name, rel)
+    assert got["w1"].dtype == jnp.float32
+
+
+def test_local_sgd_averaging_every_step_is_synchronous_momentum_sgd():
+    tx = optax.sgd(0.1, momentum=0.9)  # linear in the gradients: averaging copies = averaging gradients
+    _, state = data_parallel(Strategy(localsgd={"k_steps": 1}), tx)
+    assert_same(DataParallel(Strategy(localsgd={"k_steps": 1})).full_params(state["params"]), single_device(tx))
+
+
+def test_local_sgd_copies_drift_apart_between_averages_and_only_parameters_are_communicated():
+    strategy, tx = Strategy(localsgd={"k_steps": 3}), optax.sgd(0.1)
+    dp = DataParallel(strategy)
+    state, step = dp.init(PARAMS, tx), dp.train_step(mlp_loss, tx)
+    spread = []
+    for batch in BATCHES[:3]:
+        state, _ = step(state, batch)
+        w = np.asarray(state["params"]["w1"])
+        spread.append(float(np.max(np.abs(w - w[0]))))
+    assert spread[0] > 0 and spread[1] > 0 and spread[2] == 0.0  # averaged on the third step
+    stats = collective_stats(step.lower(state, BATCHES[0]).compile())
+    # the loss every step; the six parameters only in the averaging branch
+    assert stats["all-reduce"] - stats["all-reduce conditional"] == 1
+    assert stats["all-reduce conditional bytes"] == 403 * 4
+
+
+def test_dgc_sending_everything_is_plain_sgd():
+    _, state = data_parallel(Strategy(dgc={"sparsity": 0.0, "momentum": 0.0}), optax.sgd(0.1))
+    assert_same(state["params"], single_device(optax.sgd(0.1)))
+
+
+def test_dgc_sends_a_few_entries_and_keeps_the_rest_so_no_gradient_is_lost():
+    # a loss linear in the parameters: its gradients do not depend on them, so whatever DGC has not
+    # sent yet (the residuals) is exactly what its parameters lag one device's SGD by
+    def linear(p, batch):
+        return jnp.mean(batch[0] @ p["w1"]) + jnp.mean(batch[1] * p["b3"])
+
+    strategy, tx = Strategy(dgc={"sparsity": 0.9, "momentum": 0.0}), optax.sgd(0.1)
+    dp = DataParallel(strategy)
+    params = {"w1": PARAMS["w1"], "b3": PARAMS["b3"]}
+    state, step = dp.init(params, tx), dp.train_step(linear, tx)
+    sgd, opt = params, tx.init(params)
+    for batch in BATCHES:
+        state, _ = step(state, batch)
+        updates, opt = tx.update(jax.grad(linear)(sgd, batch), opt, sgd)
+        sgd = optax.apply_updates(sgd, updates)
+    residual = jax.tree.map(lambda v: jnp.mean(v, axis=0), state["merge"]["v"])
+    assert_same(jax.tree.map(lambda p, r: p - 0.1 * r, state["params"], residual), sgd)
+    assert float(jnp.max(jnp.abs(residual["w1"]))) > 0  # something was held back
+    # 7 of w1's 64 entries and 1 of b3's 3 are sent per device and step
+    assert int(jnp.sum(state["merge"]["v"]["w1"][0] == 0)) >= 7
+
+
+def test_dgc_at_high_sparsity_moves_fewer_bytes_than_the_all_reduce():
+    dense = collective_stats(lowered(Strategy()))
+    sparse = collective_stats(lowered(Strategy(dgc={"sparsity": 0.99})))
+    # per gradient 8 devices x k entries x (index + value): k = 1, 1, 3, 1, 1, 1 -> 512 bytes, and the loss
+    assert sparse["all-reduce bytes"] == 8 * 8 * 8 + 4 < dense["all-reduce bytes"] == 403 * 4 + 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"localsgd": {"k_steps": 2}, "dgc": {}}, "does not combine with the other of localsgd and dgc"),
+    ({"dgc": {}, "sharding": {"stage": 2}}, "does not combine with sharding.stage=2"),
+    ({"localsgd": {}, "gradient_merge": {"k_steps": 2}}, "does not combine with gradient_merge"),
+    ({"dgc": {"sparsity": 1.0}}, r"DGC.sparsity: expected a number in \[0, 1\), got 1.0"),
+    ({"localsgd": {"k_steps": 0}}, "LocalSGD.k_steps: expected an int >= 1, got 0"),
+])
+def test_local_sgd_and_dgc_refuse_what_they_cannot_combine_with(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Strategy(**kwargs)
+
+
+def test_trainer_with_local_sgd_trains_and_evaluates_the_mean_of_the_copies():
+    import paddlejax.nn as pnn
+
+    pnn.seed(0)
+    model = pnn.Sequential(pnn.Linear(4, 16), pnn.Tanh(), pnn.Linear(16, 3))
+    trainer = pj.Trainer(model, optax.sgd(0.1), loss="mse", progress=False, strategy=Strategy(localsgd={"k_steps": 2}))
+    losses = [trainer.train_batch([x], y) for x, y in BATCHES]
+    assert losses[-1] < losses[0]
+    params = trainer.step_builder.params(trainer.state.params)
+    assert params["0.weight"].shape == (4, 16)
+
+
+def test_comm_dtype_is_checked_and_refused_where_xla_places_the_collectives():
+    with pytest.raises(ValueError, match="comm_dtype: expected one of None, 'bfloat16', 'float16', got 'int8'"):
+        Strategy(comm_dtype="int8")
+    with pytest.raises(ValueError, match="tensor-parallel and pipeline steps communicate"):
+        Strategy(comm_dtype="bfloat16", tensor_parallel_degree=2)
+
+
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_gradient_merge_of_four_micro_batches_equals_one_step_on_the_whole_batch(stage):
     big = (jnp.concatenate([b[0] for b in BATCHES[:4]]), jnp.concatenate([b[1] for b in BATCHES[:4]]))
