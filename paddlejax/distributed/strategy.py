@@ -176,6 +176,9 @@ class Strategy:
         pp_degree: pipeline size; None takes ``pipeline.stages``.
         localsgd: :class:`LocalSGD` (k_steps, begin_step), or None: synchronous gradients.
         dgc: :class:`DGC` (sparsity, momentum, rampup_begin_step), or None: dense gradients.
+        expert_parallel_degree: the size of the ``"ep"`` mesh axis that mixture-of-experts layers
+            (:mod:`paddlejax.distributed.moe`) split their experts over; the batch is split over
+            it too (``dp_degree`` then counts the groups of ``"ep"`` devices).
         comm_dtype: the type gradients travel in between data-parallel devices (``"bfloat16"`` or
             ``"float16"``: half the bytes of float32, Paddle 2.3's BF16 communication; the sum is
             rounded to that type, then cast back); None sends them as they are.
@@ -201,6 +204,7 @@ class Strategy:
     dp_degree: int | None = None
     pp_degree: int | None = None
     tensor_parallel_degree: int = 1
+    expert_parallel_degree: int = 1
     comm_dtype: str | None = None
     localsgd: LocalSGD | None = None
     dgc: DGC | None = None
@@ -220,6 +224,7 @@ class Strategy:
         _optional_int("Strategy", "dp_degree", self.dp_degree)
         _optional_int("Strategy", "pp_degree", self.pp_degree)
         _int("Strategy", "tensor_parallel_degree", self.tensor_parallel_degree, 1)
+        _int("Strategy", "expert_parallel_degree", self.expert_parallel_degree, 1)
         for name, cls in (("gradient_merge", GradientMerge), ("sharding", Sharding), ("pipeline", Pipeline),
                           ("localsgd", LocalSGD), ("dgc", DGC)):
             if getattr(self, name) is not None or name not in ("localsgd", "dgc"):
@@ -231,13 +236,17 @@ class Strategy:
         if self.comm_dtype not in COMM_DTYPES:
             raise ValueError(f"Strategy.comm_dtype: expected one of {', '.join(map(repr, COMM_DTYPES))}, "
                              f"got {self.comm_dtype!r}")
-        if self.comm_dtype is not None and (self.tensor_parallel_degree > 1 or self.pp_size > 1):
+        if self.comm_dtype is not None and (self.tensor_parallel_degree > 1 or self.expert_parallel_degree > 1
+                                            or self.pp_size > 1):
             raise ValueError(f"Strategy.comm_dtype: {self.comm_dtype!r} applies to data-parallel gradients; "
-                             "tensor-parallel and pipeline steps communicate in the gradients' own type")
-        if self.tensor_parallel_degree > 1 and (self.sharding.stage or self.hierarchical_allreduce):
-            what = f"sharding.stage={self.sharding.stage}" if self.sharding.stage else "hierarchical_allreduce"
-            raise ValueError(f"Strategy.tensor_parallel_degree: {self.tensor_parallel_degree} does not combine with "
-                             f"{what}: under tensor parallelism XLA's partitioner places the collectives")
+                             "sharded and pipeline steps communicate in the gradients' own type")
+        for name in ("tensor_parallel_degree", "expert_parallel_degree"):
+            degree = getattr(self, name)
+            if degree > 1 and (self.sharding.stage or self.hierarchical_allreduce or self.pp_size > 1):
+                what = (f"sharding.stage={self.sharding.stage}" if self.sharding.stage else
+                        "hierarchical_allreduce" if self.hierarchical_allreduce else "pipeline parallelism")
+                raise ValueError(f"Strategy.{name}: {degree} does not combine with {what}: XLA's partitioner places "
+                                 "the collectives of a sharded step")
 
     def _check_gradient_modes(self) -> None:
         """Local SGD and DGC replace the gradient all-reduce of plain data parallelism, so they
@@ -249,8 +258,9 @@ class Strategy:
                                          (f"sharding.stage={self.sharding.stage}", self.sharding.stage > 0),
                                          ("gradient_merge", self.gradient_merge.k_steps > 1),
                                          ("comm_dtype", self.comm_dtype is not None),
-                                         ("tensor or pipeline parallelism",
-                                          self.tensor_parallel_degree > 1 or self.pp_size > 1)) if on]
+                                         ("tensor, expert or pipeline parallelism",
+                                          self.tensor_parallel_degree > 1 or self.expert_parallel_degree > 1
+                                          or self.pp_size > 1)) if on]
         if clashes:
             raise ValueError(f"Strategy.{modes[0]}: replaces the gradient all-reduce, so it does not combine with "
                              f"{', '.join(clashes)}")

@@ -241,7 +241,7 @@ def test_trainer_with_local_sgd_trains_and_evaluates_the_mean_of_the_copies():
 def test_comm_dtype_is_checked_and_refused_where_xla_places_the_collectives():
     with pytest.raises(ValueError, match="comm_dtype: expected one of None, 'bfloat16', 'float16', got 'int8'"):
         Strategy(comm_dtype="int8")
-    with pytest.raises(ValueError, match="tensor-parallel and pipeline steps communicate"):
+    with pytest.raises(ValueError, match="sharded and pipeline steps communicate"):
         Strategy(comm_dtype="bfloat16", tensor_parallel_degree=2)
 
 

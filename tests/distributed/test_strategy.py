@@ -58,8 +58,8 @@ def test_tensor_parallel_meshes_put_mp_innermost_so_its_groups_are_neighbours():
     mesh = make_mesh(Strategy(tensor_parallel_degree=2))
     assert dict(mesh.shape) == {"dp": 4, "mp": 2} and dp_axes(mesh) == ("dp",) and dp_size(mesh) == 4
     assert [d.id for d in mesh.devices[0]] == [d.id for d in jax.devices()[:2]]
-    mesh = make_mesh(Strategy(pp_degree=2, tensor_parallel_degree=2))
-    assert dict(mesh.shape) == {"pp": 2, "dp": 2, "mp": 2} and dp_axes(mesh) == ("dp",)
+    mesh = make_mesh(Strategy(tensor_parallel_degree=2, expert_parallel_degree=2))
+    assert dict(mesh.shape) == {"dp": 2, "ep": 2, "mp": 2} and dp_axes(mesh) == ("dp", "ep")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -82,10 +82,10 @@ def test_pipeline_and_hierarchical_meshes():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"dp_degree": 4}, "pp_degree 1 x dp_degree 4 x tensor_parallel_degree 1 = 4 devices, but there are 8"),
-    ({"pp_degree": 3}, "pp_degree 3 x tensor_parallel_degree 1 does not divide the device count 8"),
-    ({"pp_degree": 2, "tensor_parallel_degree": 3}, "pp_degree 2 x tensor_parallel_degree 3 does not divide"),
-    ({"tensor_parallel_degree": 2, "dp_degree": 2}, "dp_degree 2 x tensor_parallel_degree 2 = 4 devices"),
+    ({"dp_degree": 4}, "pp_degree 1 x dp_degree 4 x expert_parallel_degree 1 x tensor_parallel_degree 1 = 4 devices, but there are 8"),
+    ({"pp_degree": 3}, "pp_degree 3 x expert_parallel_degree 1 x tensor_parallel_degree 1 does not divide the device count 8"),
+    ({"tensor_parallel_degree": 3}, "x tensor_parallel_degree 3 does not divide"),
+    ({"tensor_parallel_degree": 2, "dp_degree": 2}, "dp_degree 2 x expert_parallel_degree 1 x tensor_parallel_degree 2 = 4 devices"),
     ({"hierarchical_allreduce": True, "hierarchical_allreduce_inter_nranks": 3},
      "hierarchical_allreduce_inter_nranks: 3 does not divide the data-parallel size 8"),
     ({"sharding": {"stage": 1, "degree": 4}}, "sharding.degree: 4 must equal the data-parallel size 8"),

@@ -1,6 +1,6 @@
 """Training steps, one builder per strategy behind one interface (:class:`StepBuilder`):
-:class:`SingleDeviceStep`, :class:`DataParallelStep` (with ZeRO), :class:`TensorParallelStep`
-(data x tensor parallel) and :class:`PipelineParallelStep`. :func:`step_builder` picks one from a strategy.
+:class:`SingleDeviceStep`, :class:`DataParallelStep` (with ZeRO), :class:`ShardedStep`
+(tensor and expert parallel, partitioned by XLA) and :class:`PipelineParallelStep`. :func:`step_builder` picks one from a strategy.
 
 >>> from paddlejax.distributed import Strategy
 >>> type(step_builder(None)).__name__, type(step_builder(Strategy())).__name__
@@ -19,8 +19,8 @@ from paddlejax.train.steps.single import SingleDeviceStep
 def step_builder(strategy=None, optimizer: optax.GradientTransformation | None = None, accumulate: int = 1,
                  avg: bool = True) -> StepBuilder:
     """The step builder for ``strategy`` (a :class:`~paddlejax.distributed.Strategy` or None for
-    one device): pipeline parallel when it has more than one stage, else tensor parallel when
-    ``tensor_parallel_degree`` is over 1, else data parallel, merging
+    one device): pipeline parallel when it has more than one stage, else sharded (XLA-partitioned)
+    when ``tensor_parallel_degree`` or ``expert_parallel_degree`` is over 1, else data parallel, merging
     ``accumulate`` micro-batches' gradients (their mean, or with ``avg=False`` their sum) before
     it communicates. ``optimizer`` is the user's, which a pipeline checks it can run."""
     if strategy is None:
@@ -29,10 +29,10 @@ def step_builder(strategy=None, optimizer: optax.GradientTransformation | None =
         from paddlejax.train.steps.pipeline_parallel import PipelineParallelStep
 
         return PipelineParallelStep(strategy, optimizer)
-    if strategy.tensor_parallel_degree > 1:
-        from paddlejax.train.steps.tensor_parallel import TensorParallelStep
+    if strategy.tensor_parallel_degree > 1 or strategy.expert_parallel_degree > 1:
+        from paddlejax.train.steps.sharded import ShardedStep
 
-        return TensorParallelStep(strategy)
+        return ShardedStep(strategy)
     from paddlejax.train.steps.data_parallel import DataParallelStep
 
     return DataParallelStep(strategy.replace(gradient_merge={"k_steps": accumulate, "avg": avg}))

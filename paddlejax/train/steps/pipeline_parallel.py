@@ -51,10 +51,6 @@ class PipelineParallelStep(StepBuilder):
             raise ValueError(f"Trainer: strategy.sharding.stage={strategy.sharding.stage} (ZeRO) cannot be combined "
                              "with pipeline parallelism (pp_degree / pipeline.stages > 1); stage 1 can (the "
                              "optimizer state sharded over every device)")
-        if strategy.tensor_parallel_degree > 1:
-            raise ValueError(f"Trainer: tensor_parallel_degree={strategy.tensor_parallel_degree} cannot yet be "
-                             "combined with pipeline parallelism (pp_degree / pipeline.stages > 1): the stages pack their "
-                             "parameters into one buffer per dtype, which a tensor-parallel split cannot cut")
         self.strategy, self.num_stages, self.user_optimizer = strategy, strategy.pp_size, optimizer
         self.micro_batches = strategy.pipeline.micro_batches
         self.mesh = make_mesh(strategy)

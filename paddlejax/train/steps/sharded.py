@@ -1,17 +1,20 @@
-"""The tensor-parallel training step (data x tensor parallel, a ``"dp" x "mp"`` mesh), left to
-XLA's partitioner: the step is the one-device step over the whole batch, jitted with every
-parameter placed as its program's param op says (``sharding``, from the tensor-parallel layers
-of :mod:`paddlejax.distributed.tensor_parallel`) and the batch split over ``"dp"``. XLA inserts
-the collectives: Megatron's all-reduces over ``"mp"`` in the forward and backward passes, and the
-gradient all-reduce over ``"dp"``. The optimizer state takes its parameter's layout, so each
-device holds ``1 / mp`` of the sharded weights and of their moments.
+"""The training step of tensor and expert parallelism, left to XLA's partitioner: the step is
+the one-device step over the whole batch, jitted with every parameter placed as its program's
+param op says (``sharding``: from the tensor-parallel layers of
+:mod:`paddlejax.distributed.tensor_parallel`, split over ``"mp"``, and the experts of
+:mod:`paddlejax.distributed.moe`, split over ``"ep"``) and the batch split over the
+data-parallel axes (``"dp"``, and ``"ep"``: experts are split over devices that also split the
+batch). XLA inserts the collectives: Megatron's all-reduces over ``"mp"``, the all-to-alls that
+carry tokens to their experts' devices and back, and the gradient all-reduces. The optimizer
+state takes its parameter's layout, so each device holds its share of the split weights and of
+their moments.
 
 Batch norm under this step normalises over the whole batch (``batch_norm == "sync"``): the
 partitioner computes the statistics of the global batch, as one device would.
 
 >>> import jax, jax.numpy as jnp, optax
 >>> from paddlejax.distributed import Strategy
->>> builder = TensorParallelStep(Strategy(tensor_parallel_degree=2))
+>>> builder = ShardedStep(Strategy(tensor_parallel_degree=2))
 >>> dict(builder.dp.mesh.shape)
 {'dp': 4, 'mp': 2}
 """
@@ -31,8 +34,8 @@ from paddlejax.train.steps.data_parallel import DataParallelStep
 from paddlejax.train.steps.single import SingleDeviceStep
 
 
-class TensorParallelStep(DataParallelStep):
-    """A step over ``strategy``'s ``dp x mp`` mesh, partitioned by XLA (GSPMD). Batches are
+class ShardedStep(DataParallelStep):
+    """A step over ``strategy``'s ``dp x ep x mp`` mesh, partitioned by XLA (GSPMD). Batches are
     placed and evaluation is spread as under data parallelism; gradient merge is the optimizer's
     (``optax.MultiSteps``), as on one device."""
 
