@@ -18,6 +18,13 @@ Modes: data parallel (dp=8), ZeRO-1/2/3, bf16 gradient communication, DGC at 99.
 Local SGD (averaging every 4 steps), tensor parallel 2/4/8 ways (Megatron's plan on the zoo
 model; dp = 8 / mp).
 
+Then a mixture-of-experts network (an MoE feed-forward block of 8 experts between two linears)
+data parallel with every expert on every device, and expert parallel with one expert a device
+(``expert_parallel_degree=8``): the same columns. Last, the all-to-all that carries an MoE
+layer's tokens to their experts inside ``shard_map`` (``MoELayer.expert_parallel``), on 8
+devices seen as 2 nodes of 4: flat, and hierarchical (within each node, then across); its
+instructions, their groups and bytes, and the messages each device sends to the other node.
+
 On CPU the 8 devices are XLA host devices sharing this machine's cores: the memory and
 collective columns are what a real 8-device run holds and sends; times are not shown.
 
@@ -31,13 +38,16 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)  # before any computation creates the CPU backend
 
 import argparse  # noqa: E402
+import re  # noqa: E402
+
+import jax.numpy as jnp  # noqa: E402
 
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import paddlejax as pj  # noqa: E402
 from paddlejax import nn  # noqa: E402
-from paddlejax.distributed import Strategy, collective_stats  # noqa: E402
+from paddlejax.distributed import MoELayer, Strategy, collective_stats  # noqa: E402
 from paddlejax.distributed.tensor_parallel import megatron_plan, parallelize  # noqa: E402
 from paddlejax.models.bert import BertConfig, BertForSequenceClassification  # noqa: E402
 from paddlejax.table import format_table  # noqa: E402
@@ -65,14 +75,32 @@ def device_bytes(tree) -> int:
                if s.device == first)
 
 
-def run(name: str, options: dict, config: BertConfig, batches: list) -> dict:
+class MoENet(nn.Layer):
+    """Linear -> MoE (residual) -> Linear over tokens; returns (logits, load-balancing loss)."""
+
+    def __init__(self, width: int, experts: int):
+        self.inp, self.out = nn.Linear(64, width), nn.Linear(width, 10)
+        self.moe = MoELayer(width, 4 * width, num_experts=experts, top_k=2)
+
+    def forward(self, x):
+        h = self.inp(x)
+        y, aux = self.moe(h)
+        return self.out(h + y), aux
+
+
+def moe_loss(outputs, labels):
+    logits, aux = outputs
+    return jnp.mean(nn.functional.cross_entropy(logits, labels, reduction="none")) + 0.01 * aux
+
+
+def run(name: str, options: dict, make, batches: list, loss="cross_entropy") -> dict:
     nn.seed(0)
-    model = BertForSequenceClassification(config)
+    model = make()
     strategy = Strategy(**options)
     if strategy.tensor_parallel_degree > 1:
         parallelize(model, megatron_plan(model))
     tx = optax.sgd(1e-2) if strategy.dgc else optax.adam(1e-3)  # DGC brings its own momentum
-    trainer = pj.Trainer(model, tx, loss="cross_entropy", progress=False, strategy=strategy)
+    trainer = pj.Trainer(model, tx, loss=loss, progress=False, strategy=strategy)
     losses = [trainer.train_batch([x], y) for x, y in batches]
     placed = trainer.step_builder.place((batches[0][0],), batches[0][1])
     lowered = trainer._train_step.lower(trainer.state, trainer._zero_sums(*placed), *placed)
@@ -81,6 +109,7 @@ def run(name: str, options: dict, config: BertConfig, batches: list) -> dict:
     return {"name": name, "params": device_bytes(trainer.state.params), "opt": device_bytes(trainer.state.opt),
             "other": device_bytes(trainer.state.merge),
             "temp": compiled.memory_analysis().temp_size_in_bytes, "stats": stats, "written": written,
+            "narrow": strategy.comm_dtype is not None,
             "loss": (losses[0], losses[-1])}
 
 
@@ -94,7 +123,7 @@ def report(rows: list[dict]) -> None:
         for kind in KINDS:
             n, size = r["stats"][kind], r["stats"][f"{kind} bytes"]
             cell = f"{n} / {mb(size)}" if n else "-"
-            if kind == "all-reduce" and 0 < r["written"]["all-reduce bytes"] < size:
+            if kind == "all-reduce" and r["narrow"]:  # sent narrow as written; the CPU backend widens it
                 cell += f" ({mb(r['written']['all-reduce bytes'])} written)"
             coll.append(cell)
         ratio = lambda key: f"{r[key] / base[key]:.2f}x" if base[key] else "-"  # noqa: E731
@@ -103,6 +132,32 @@ def report(rows: list[dict]) -> None:
                       *coll, f"{r['loss'][0]:.3f} -> {r['loss'][1]:.3f}"))
     print(format_table(table, right_from=1))
     print("collectives: count / MiB produced per device and step")
+
+
+def all_to_all_table(experts: int, capacity: int, width: int) -> None:
+    """The flat and hierarchical exchange of one MoE layer's routed tokens, from compiled HLO."""
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    nn.seed(0)
+    layer = MoELayer(width, 4 * width, num_experts=experts, top_k=2, capacity_factor=1.0)
+    mesh = Mesh(np.asarray(jax.devices()).reshape(2, 4), ("inter", "intra"))
+    axes = ("inter", "intra")
+    tokens = capacity * experts // 2  # top-2 at capacity factor 1: each expert's buffer just full
+    x = jnp.zeros((8 * tokens, width), jnp.float32)
+    rows = [("exchange", "all-to-all", "MiB per device", "groups", "messages to the other node")]
+    for hierarchical in (False, True):
+        step = jax.jit(jax.shard_map(lambda x, w: layer.expert_parallel(x, w, axes, hierarchical)[0], mesh=mesh,
+                                     in_specs=(P(axes), P(axes)), out_specs=P(axes)))
+        hlo = step.lower(x, layer.weights()).compile().as_text()
+        stats = collective_stats(hlo)
+        groups = sorted({len(g.split(",")) for g in re.findall(r"all-to-all\(.*?replica_groups=\{\{([\d,]+)\}", hlo)})
+        # flat: a message to each of the other node's 4 devices; hierarchical: one, to its peer there
+        rows.append(("hierarchical" if hierarchical else "flat", str(stats["all-to-all"]),
+                     f"{stats['all-to-all bytes'] / 2**20:.2f}", " and ".join(map(str, groups)) or "-",
+                     str(2 if hierarchical else 8)))
+    print(f"\nMoE token exchange: {experts} experts, {tokens} tokens x {width} per device, 2 nodes x 4 devices "
+          "(there and back)")
+    print(format_table(rows, right_from=1))
 
 
 def main(argv=None) -> int:
@@ -123,7 +178,16 @@ def main(argv=None) -> int:
     print(machine())
     print(f"BERT: {config.num_hidden_layers} layers, hidden {config.hidden_size}, vocabulary {config.vocab_size}, "
           f"batch 32 x {seq}; 8 devices")
-    report([run(name, options, config, batches) for name, options in modes.items()])
+    report([run(name, options, lambda: BertForSequenceClassification(config), batches)
+            for name, options in modes.items()])
+    width = 32 if args.quick else 256
+    moe_batches = [(rng.normal(size=(32, 16, 64)).astype(np.float32), rng.integers(0, 10, (32, 16)).astype(np.int32))
+                   for _ in range(steps)]
+    print(f"\nMoE network: 8 experts of {width} -> {4 * width} -> {width}, top-2, batch 32 x 16 tokens")
+    report([run(name, options, lambda: MoENet(width, 8), moe_batches, loss=moe_loss)
+            for name, options in {"data parallel (dp=8)": {}, "expert parallel 8": {"expert_parallel_degree": 8}
+                                  }.items()])
+    all_to_all_table(8, 8 if args.quick else 64, width)
     return 0
 
 

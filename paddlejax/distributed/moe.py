@@ -12,9 +12,11 @@ layer counts them. The auxiliary load-balancing loss is Switch's
 
 The experts are one stacked feed-forward network (weights ``[num_experts, ...]``), marked to be
 split by experts over ``"ep"`` (``Strategy(expert_parallel_degree=N)``): each device holds
-``num_experts / N`` experts, and the routed tokens, laid out ``[experts, capacity, d_model]`` and
-split by experts, reach their devices through the all-to-all XLA inserts (and come back through
-another). On a mesh without ``"ep"`` it is the same computation on every device.
+``num_experts / N`` experts, routes its own tokens (a group, as GShard's: the capacity is per
+device) and sends them, laid out ``[experts, capacity, d_model]``, to their experts' devices and
+back with two all-to-alls over ``"ep"`` (the ``moe_ffn`` op does this under the mesh). Without
+``"ep"`` every token of the call is routed as one group. Under plain data parallelism each
+device routes its own rows; the dropped counts and loads are summed over the devices.
 
 >>> import jax.numpy as jnp
 >>> moe = MoELayer(d_model=8, d_hidden=16, num_experts=4, top_k=2)
@@ -26,7 +28,7 @@ another). On a mesh without ``"ep"`` it is the same computation on every device.
 """
 from __future__ import annotations
 
-import fractions
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +38,8 @@ from paddlejax import ops
 from paddlejax.distributed.tensor_parallel import mark_sharding
 from paddlejax.nn import Layer, initializer
 from paddlejax.nn.args import arg_error, choice, positive_int
-
-EP = "ep"
-ACTIVATIONS = {"gelu": jax.nn.gelu, "relu": jax.nn.relu, "silu": jax.nn.silu}
+from paddlejax.ops.moe import (ACTIVATIONS, EP, balance_loss, capacity, moe_group,  # noqa: F401  (the API)
+                               routing)
 
 
 class MoEStats(nnx.Variable):
@@ -47,56 +48,14 @@ class MoEStats(nnx.Variable):
     the assignments each expert received (dropped ones excluded)."""
 
 
-def routing(probs: jax.Array, top_k: int, capacity: int):
-    """GShard's routing of tokens with gate probabilities ``probs [T, E]``: ``(dispatch, combine,
-    aux, dropped, tokens)``, where ``dispatch [T, E, C]`` is 1 where token t takes slot c of expert
-    e, ``combine`` the same weighted by the token's (renormalised, for top-2) gate, ``aux`` the
-    load-balancing loss, ``dropped`` the assignments over capacity and ``tokens`` each expert's load.
-
-    >>> import jax.numpy as jnp
-    >>> d, c, aux, dropped, load = routing(jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]]), top_k=1, capacity=1)
-    >>> d[:, :, 0].tolist(), int(dropped), load.tolist()   # the second token finds expert 0 full
-    ([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], 1, [1, 1])
-    """
-    num_experts = probs.shape[1]
-    remaining, filled = probs, jnp.zeros(num_experts, jnp.int32)
-    masks, gates, slots = [], [], []
-    for _ in range(top_k):
-        choice = jax.nn.one_hot(jnp.argmax(remaining, axis=1), num_experts, dtype=jnp.int32)
-        slot = jnp.cumsum(choice, axis=0) - 1 + filled  # each expert's queue, after earlier choices
-        filled = filled + jnp.sum(choice, axis=0)
-        masks.append(choice)
-        gates.append(jnp.sum(probs * choice, axis=1))
-        slots.append(jnp.sum(slot * choice, axis=1))
-        remaining = remaining * (1 - choice)
-    first = masks[0]
-    aux = num_experts * jnp.sum(jnp.mean(first.astype(probs.dtype), axis=0) * jnp.mean(probs, axis=0))
-    if top_k > 1:
-        total = sum(gates)
-        gates = [g / jnp.maximum(total, jnp.finfo(probs.dtype).tiny) for g in gates]
-    dispatch = jnp.zeros((*probs.shape, capacity), probs.dtype)
-    combine = jnp.zeros_like(dispatch)
-    dropped = jnp.int32(0)
-    tokens = jnp.zeros(num_experts, jnp.int32)
-    for mask, gate, slot in zip(masks, gates, slots):
-        kept = mask * (slot < capacity)[:, None]
-        place = kept[:, :, None] * jax.nn.one_hot(jnp.minimum(slot, capacity - 1), capacity, dtype=jnp.int32)[:, None]
-        dispatch = dispatch + place.astype(probs.dtype)
-        combine = combine + place.astype(probs.dtype) * gate[:, None, None]
-        dropped = dropped + jnp.sum(mask) - jnp.sum(kept)
-        tokens = tokens + jnp.sum(kept, axis=0)
-    return dispatch, combine, aux, dropped, tokens
-
-
 class MoELayer(Layer):
     """``num_experts`` feed-forward experts (``d_model -> d_hidden -> d_model``) behind a gate
-    routing each token to its ``top_k`` (1 or 2) experts; call ``layer(x)`` on ``x [..., d_model]``
-    for ``(y, aux_loss)`` (add ``aux_weight * aux_loss`` to the training loss: Paddle's gate keeps
-    it as ``gate.loss``, a program returns it). ``capacity_factor`` sizes each expert's buffer
-    (:func:`routing`); ``moe.dropped`` and ``moe.load`` hold the last call's dropped assignments and
-    each expert's load.
+    routing each token to its ``top_k`` (1 or 2) experts (the ``moe_ffn`` op); call ``layer(x)``
+    on ``x [..., d_model]`` for ``(y, aux_loss)`` (add ``aux_weight * aux_loss`` to the training
+    loss: Paddle's gate keeps it as ``gate.loss``, a program returns it). ``capacity_factor``
+    sizes each expert's buffer; ``moe.dropped`` and ``moe.load`` hold the last call's dropped
+    assignments and each expert's load.
 
-    >>> import jax.numpy as jnp
     >>> MoELayer(8, 16, num_experts=4, top_k=1).capacity(tokens=10)
     4
     """
@@ -127,26 +86,37 @@ class MoELayer(Layer):
         self.dropped, self.load = MoEStats(jnp.int32(0)), MoEStats(jnp.zeros(e, jnp.int32))
 
     def capacity(self, tokens: int) -> int:
-        """Slots per expert for a call routing ``tokens`` tokens (at least 1): integer arithmetic,
-        so that a symbolic number of tokens (a program's batch size) gives a symbolic capacity."""
-        factor = fractions.Fraction(self.capacity_factor).limit_denominator(1000)
-        over = self.num_experts * factor.denominator
-        return (tokens * self.top_k * factor.numerator + over - 1) // over
+        """Slots per expert for a call routing ``tokens`` tokens."""
+        return capacity(tokens, self.num_experts, self.top_k, self.capacity_factor)
+
+    def weights(self) -> dict:
+        """The experts' stacked weights: ``w1 [E, d_model, d_hidden]``, ``b1``, ``w2``, ``b2``."""
+        return {"w1": self.w1[...], "b1": self.b1[...], "w2": self.w2[...], "b2": self.b2[...]}
+
+    def _options(self) -> dict:
+        return dict(top_k=self.top_k, capacity_factor=self.capacity_factor, activation=self.activation)
 
     def forward(self, x):
         if x.shape[-1] != self.d_model:
             raise ValueError(f"MoELayer: input expects {self.d_model} features in its last dimension, got "
                              f"{tuple(x.shape)}")
-        tokens = x.reshape(-1, self.d_model)
-        probs = jax.nn.softmax(tokens.astype(jnp.float32) @ self.gate[...].astype(jnp.float32), axis=-1)
-        dispatch, combine, aux, dropped, load = routing(probs, self.top_k, self.capacity(tokens.shape[0]))
-        # tokens laid out by expert, split over "ep": XLA's all-to-all carries them to their experts
-        routed = ops.sharding_constraint(jnp.einsum("tec,td->ecd", dispatch.astype(x.dtype), tokens),
-                                         dim=0, mesh_axis=EP)
-        hidden = jnp.einsum("ecd,edh->ech", routed, self.w1[...]) + self.b1[...][:, None]
-        out = jnp.einsum("ech,ehd->ecd", ACTIVATIONS[self.activation](hidden), self.w2[...]) + self.b2[...][:, None]
-        out = ops.sharding_constraint(out, dim=0, mesh_axis=EP)
-        y = jnp.einsum("tec,ecd->td", combine.astype(x.dtype), out)
+        w = self.weights()
+        y, aux, dropped, load = ops.moe_ffn(x, self.gate[...], w["w1"], w["b1"], w["w2"], w["b2"], **self._options())
         self.dropped.set_value(dropped)
         self.load.set_value(load)
-        return y.reshape(x.shape), aux
+        return y, aux
+
+    def expert_parallel(self, x, weights: dict, axes: tuple[str, ...], hierarchical: bool = False):
+        """The layer inside your own ``shard_map``, with explicit all-to-alls: ``x [T, d_model]``
+        this device's tokens (routed as a group of their own), ``weights`` this device's slice of
+        :meth:`weights` (``num_experts / devices`` experts, in device order over ``axes``). Tokens
+        travel to their experts' devices and back by
+        :func:`~paddlejax.distributed.collectives.all_to_all`, in two steps (within a node, then
+        across) with ``hierarchical``. Returns ``(y, aux_loss)`` for this device's tokens.
+        """
+        from paddlejax.distributed.collectives import all_to_all
+
+        exchange = functools.partial(all_to_all, axes=axes, hierarchical=hierarchical)
+        y, balance, _, _ = moe_group(x, self.gate[...], weights["w1"], weights["b1"], weights["w2"], weights["b2"],
+                                     **self._options(), exchange=lambda a, s, c: exchange(a, split_axis=s, concat_axis=c))
+        return y, balance_loss(jax.lax.pmean(balance, axes))

@@ -14,6 +14,7 @@ from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
 from paddlejax.ops.conv import conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d  # noqa: F401
 from paddlejax.ops.fp8 import fp8_linear, quantize_fp8  # noqa: F401
 from paddlejax.ops.loss import cross_entropy, nll_loss  # noqa: F401
+from paddlejax.ops.moe import moe_ffn  # noqa: F401
 from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_max, elementwise_min,  # noqa: F401
                                 elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
 from paddlejax.ops.norm import batch_norm, group_norm, layer_norm, sync_batch_norm  # noqa: F401

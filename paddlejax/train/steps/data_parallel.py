@@ -3,7 +3,9 @@ gradient merge as the strategy says): every device differentiates its rows of th
 ``shard_map``, and :class:`~paddlejax.distributed.DataParallel` averages and applies the
 gradients. Loss and metrics are those of the whole batch.
 
-Batch norm takes the statistics of each device's rows (``BatchNorm1D`` / ``2D``, with a warning)
+State the forward pass writes and that differs per device is combined: floats (statistics) by
+their mean, integers (counts, such as an MoE layer's dropped tokens) by their sum. Batch norm
+takes the statistics of each device's rows (``BatchNorm1D`` / ``2D``, with a warning)
 or, with ``nn.SyncBatchNorm``, of the whole batch, as on one device; ``batch_norm`` says which
 (``"local"`` or ``"sync"``; None without batch norm) once the program is captured. Evaluation
 and prediction split their batches over the devices too (a last batch they do not divide runs
@@ -89,9 +91,11 @@ class DataParallelStep(StepBuilder):
                                                                   labels)
             grads = scale.unscale(grads)
             sums = jax.tree.map(lambda v: lax.psum(v, dp.axes), objective.sums(outputs, labels, loss))
-            # batch-norm statistics differ per device: keep their mean (keys and counters agree already)
-            updates = {n: mean(v) if varying_axes(v) and jnp.issubdtype(v.dtype, jnp.floating) else v
-                       for n, v in updates.items()}
+            # state that differs per device: statistics (floats, batch norm's) are averaged, counts
+            # (integers, an MoE layer's dropped tokens) added up over the whole batch; keys and
+            # counters that agree on every device stay as they are
+            updates = {n: v if not varying_axes(v) else mean(v) if jnp.issubdtype(v.dtype, jnp.floating)
+                       else lax.psum(v, dp.axes) for n, v in updates.items()}
             loss = mean(loss)
             finite = dp.all_finite(grads) & jnp.isfinite(loss)
             params, opt, merge = dp.apply_gradients(grads, params, opt, merge, tx)
