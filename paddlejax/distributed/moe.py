@@ -38,8 +38,8 @@ from paddlejax import ops
 from paddlejax.distributed.tensor_parallel import mark_sharding
 from paddlejax.nn import Layer, initializer
 from paddlejax.nn.args import arg_error, choice, positive_int
-from paddlejax.ops.moe import (ACTIVATIONS, EP, balance_loss, capacity, moe_group,  # noqa: F401  (the API)
-                               routing)
+from paddlejax.ops.moe import ACTIVATIONS, EP, balance_loss, capacity, moe_group
+from paddlejax.ops.moe import routing  # noqa: F401  (part of this module's face)
 
 
 class MoEStats(nnx.Variable):
@@ -117,6 +117,9 @@ class MoELayer(Layer):
         from paddlejax.distributed.collectives import all_to_all
 
         exchange = functools.partial(all_to_all, axes=axes, hierarchical=hierarchical)
+        def swap(routed, split, concat):
+            return exchange(routed, split_axis=split, concat_axis=concat)
+
         y, balance, _, _ = moe_group(x, self.gate[...], weights["w1"], weights["b1"], weights["w2"], weights["b2"],
-                                     **self._options(), exchange=lambda a, s, c: exchange(a, split_axis=s, concat_axis=c))
+                                     **self._options(), exchange=swap)
         return y, balance_loss(jax.lax.pmean(balance, axes))

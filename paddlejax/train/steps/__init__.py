@@ -1,6 +1,7 @@
 """Training steps, one builder per strategy behind one interface (:class:`StepBuilder`):
 :class:`SingleDeviceStep`, :class:`DataParallelStep` (with ZeRO), :class:`ShardedStep`
-(tensor and expert parallel, partitioned by XLA) and :class:`PipelineParallelStep`. :func:`step_builder` picks one from a strategy.
+(tensor and expert parallel, partitioned by XLA) and :class:`PipelineParallelStep`.
+:func:`step_builder` picks one from a strategy.
 
 >>> from paddlejax.distributed import Strategy
 >>> type(step_builder(None)).__name__, type(step_builder(Strategy())).__name__
