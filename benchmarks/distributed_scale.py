@@ -4,7 +4,8 @@ One BERT encoder (the zoo's, 4 layers, hidden 256, vocabulary 8,192, sequences o
 batch 32) trained through ``pj.Trainer`` under each strategy; for each, from its first step:
 
 - per device: the bytes of parameters, of optimizer state (Adam) and of other per-device state
-  (DGC's momentum and residuals, gradient-merge buffers) it holds (the shards on device 0), and
+  (DGC's momentum and residuals, gradient-merge buffers) it holds in device memory between steps
+  (the shards on device 0), what it holds in host memory (the offloaded optimizer state), and
   the compiled step's temporary bytes (XLA's ``memory_analysis``: activations and workspace;
   tensor parallel 8 has dp=1, so each device runs the whole batch's activations), against plain
   data parallelism (everything replicated);
@@ -14,7 +15,8 @@ batch 32) trained through ``pj.Trainer`` under each strategy; for each, from its
   written, before compilation);
 - the loss of the first and last of a few steps (random labels): the exact modes give the same.
 
-Modes: data parallel (dp=8), ZeRO-1/2/3, bf16 gradient communication, DGC at 99.9 % sparsity,
+Modes: data parallel (dp=8), ZeRO-1/2/3, bf16 gradient communication, the optimizer state
+offloaded to host memory, DGC at 99.9 % sparsity,
 Local SGD (averaging every 4 steps), tensor parallel 2/4/8 ways (Megatron's plan on the zoo
 model; dp = 8 / mp).
 
@@ -59,6 +61,7 @@ MODES = {
     "ZeRO-2": {"sharding": {"stage": 2}},
     "ZeRO-3": {"sharding": {"stage": 3}},
     "bf16 gradients": {"comm_dtype": "bfloat16"},
+    "Adam state offloaded": {"offload_optimizer": True},
     "DGC 99.9 %": {"dgc": {"sparsity": 0.999}},
     "Local SGD, k=4": {"localsgd": {"k_steps": 4}},
     "tensor parallel 2 (dp=4)": {"tensor_parallel_degree": 2},
@@ -68,11 +71,11 @@ MODES = {
 KINDS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all")
 
 
-def device_bytes(tree) -> int:
-    """Bytes of ``tree``'s arrays held on the first device."""
+def device_bytes(tree, memory: str = "device") -> int:
+    """Bytes of ``tree``'s arrays the first device holds in its ``memory`` kind."""
     first = jax.devices()[0]
     return sum(s.data.nbytes for leaf in jax.tree.leaves(tree) for s in leaf.addressable_shards
-               if s.device == first)
+               if s.device == first and (leaf.sharding.memory_kind or "device") == memory)
 
 
 class MoENet(nn.Layer):
@@ -107,7 +110,7 @@ def run(name: str, options: dict, make, batches: list, loss="cross_entropy") -> 
     compiled = lowered.compile()
     stats, written = collective_stats(compiled), collective_stats(lowered.as_text(dialect="hlo"))
     return {"name": name, "params": device_bytes(trainer.state.params), "opt": device_bytes(trainer.state.opt),
-            "other": device_bytes(trainer.state.merge),
+            "other": device_bytes(trainer.state.merge), "host": device_bytes(trainer.state, "pinned_host"),
             "temp": compiled.memory_analysis().temp_size_in_bytes, "stats": stats, "written": written,
             "narrow": strategy.comm_dtype is not None,
             "loss": (losses[0], losses[-1])}
@@ -116,8 +119,8 @@ def run(name: str, options: dict, make, batches: list, loss="cross_entropy") -> 
 def report(rows: list[dict]) -> None:
     base = rows[0]
     mb = lambda b: f"{b / 2**20:.2f}"  # noqa: E731
-    table = [("mode", "params MiB", "vs dp", "Adam state MiB", "vs dp", "other state MiB", "temp MiB", *KINDS,
-              "loss first -> last")]
+    table = [("mode", "params MiB", "vs dp", "Adam state MiB", "vs dp", "other state MiB", "host MiB", "temp MiB",
+              *KINDS, "loss first -> last")]
     for r in rows:
         coll = []
         for kind in KINDS:
@@ -128,7 +131,7 @@ def report(rows: list[dict]) -> None:
             coll.append(cell)
         ratio = lambda key: f"{r[key] / base[key]:.2f}x" if base[key] else "-"  # noqa: E731
         table.append((r["name"], mb(r["params"]), ratio("params"), mb(r["opt"]), ratio("opt"), mb(r["other"]),
-                      mb(r["temp"]),
+                      mb(r["host"]), mb(r["temp"]),
                       *coll, f"{r['loss'][0]:.3f} -> {r['loss'][1]:.3f}"))
     print(format_table(table, right_from=1))
     print("collectives: count / MiB produced per device and step")

@@ -179,6 +179,10 @@ class Strategy:
         expert_parallel_degree: the size of the ``"ep"`` mesh axis that mixture-of-experts layers
             (:mod:`paddlejax.distributed.moe`) split their experts over; the batch is split over
             it too (``dp_degree`` then counts the groups of ``"ep"`` devices).
+        offload_optimizer: keep the optimizer state in host memory (the ``pinned_host`` memory
+            kind) between steps; each step brings it to the device, updates it and sends it
+            back, so device memory holds it only while the update runs (Paddle's sharding
+            offload). Where the backend has no ``pinned_host`` memory the Trainer says so.
         comm_dtype: the type gradients travel in between data-parallel devices (``"bfloat16"`` or
             ``"float16"``: half the bytes of float32, Paddle 2.3's BF16 communication; the sum is
             rounded to that type, then cast back); None sends them as they are.
@@ -206,13 +210,14 @@ class Strategy:
     tensor_parallel_degree: int = 1
     expert_parallel_degree: int = 1
     comm_dtype: str | None = None
+    offload_optimizer: bool = False
     localsgd: LocalSGD | None = None
     dgc: DGC | None = None
 
     def __post_init__(self):
         if self.amp not in AMP:
             raise ValueError(f"Strategy.amp: expected one of None, 'bf16', 'fp16', got {self.amp!r}")
-        for name in ("recompute", "fuse_all_reduce", "hierarchical_allreduce"):
+        for name in ("recompute", "fuse_all_reduce", "hierarchical_allreduce", "offload_optimizer"):
             _bool("Strategy", name, getattr(self, name))
         size = self.fuse_grad_size_in_MB
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:

@@ -3,9 +3,9 @@ and asks XLA's partitioner to split dimension ``dim`` of ``x`` over the mesh axi
 (None, the default: keep that dimension whole on every device); the other dimensions stay the partitioner's
 choice (so a batch split over ``"dp"`` stays split).
 
-The mark reads the mesh of the surrounding ``jax.set_mesh``: without one, or on a mesh without
-the named axis (one device, data parallel only), it does nothing, so a tensor-parallel model runs
-unchanged anywhere. It is how Megatron-style layers (:mod:`paddlejax.distributed.tensor_parallel`)
+The mark reads the mesh of the surrounding ``jax.set_mesh``: without one, on a mesh without the
+named axis (one device, data parallel only), or inside a ``shard_map`` that made every axis
+manual, it does nothing, so a tensor-parallel model runs unchanged anywhere. It is how Megatron-style layers (:mod:`paddlejax.distributed.tensor_parallel`)
 say where activations are split; XLA then inserts the collectives (an all-reduce after a
 row-parallel matmul, an all-gather where a column-parallel output is gathered).
 
@@ -26,8 +26,10 @@ from paddlejax.ops.traits import Traits
 
 
 def mesh_axes() -> tuple[str, ...]:
-    """The axis names of the mesh set by ``jax.set_mesh`` around the current trace (none: ``()``)."""
-    return tuple(jax.sharding.get_abstract_mesh().axis_names)
+    """The axes of the mesh set by ``jax.set_mesh`` around the current trace that XLA's partitioner
+    still splits over: not those a surrounding ``shard_map`` made manual (none: ``()``)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return tuple(a for a, kind in zip(mesh.axis_names, mesh.axis_types) if kind != jax.sharding.AxisType.Manual)
 
 
 def sharding_problem(spec, rank: int) -> str | None:

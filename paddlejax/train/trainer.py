@@ -187,6 +187,7 @@ class Trainer:
         values = {**self.train_program.params, **self.model_state.values}
         trainable = sorted(self.model_state.trainable)
         params, opt, merge = self.step_builder.init({n: values[n] for n in trainable}, values, self.tx)
+        opt = self.step_builder.place_optimizer(opt)
         extra = {n: v for n, v in values.items() if n not in trainable}
         self.state = TrainState.create(params, extra, opt, merge, ema=bool(self.ema_decay),
                                        loss_scale=LossScale.dynamic() if self.amp == "float16" else None)

@@ -29,11 +29,14 @@ def step_builder(strategy=None, optimizer: optax.GradientTransformation | None =
     if strategy.pp_size > 1:
         from paddlejax.train.steps.pipeline_parallel import PipelineParallelStep
 
-        return PipelineParallelStep(strategy, optimizer)
-    if strategy.tensor_parallel_degree > 1 or strategy.expert_parallel_degree > 1:
+        builder = PipelineParallelStep(strategy, optimizer)
+    elif strategy.tensor_parallel_degree > 1 or strategy.expert_parallel_degree > 1:
         from paddlejax.train.steps.sharded import ShardedStep
 
-        return ShardedStep(strategy)
-    from paddlejax.train.steps.data_parallel import DataParallelStep
+        builder = ShardedStep(strategy)
+    else:
+        from paddlejax.train.steps.data_parallel import DataParallelStep
 
-    return DataParallelStep(strategy.replace(gradient_merge={"k_steps": accumulate, "avg": avg}))
+        builder = DataParallelStep(strategy.replace(gradient_merge={"k_steps": accumulate, "avg": avg}))
+    builder.offload_optimizer = strategy.offload_optimizer
+    return builder

@@ -103,6 +103,8 @@ class StepBuilder:
 
     #: under data parallelism, the batch norm the program uses: "sync", "local" or None
     batch_norm: str | None = None
+    #: keep the optimizer state in host memory between steps (``Strategy.offload_optimizer``)
+    offload_optimizer: bool = False
 
     def optimizer(self, tx: optax.GradientTransformation, grad_clip: float | None, weight_decay: float | None,
                   accumulate: int, avg: bool = True) -> optax.GradientTransformation:
@@ -130,6 +132,17 @@ class StepBuilder:
         """``(params, opt, merge)`` for the trainable ``params`` among ``values`` (every value of
         the program), laid out and placed as this step runs them."""
         return params, tx.init(params), {}
+
+    def place_optimizer(self, opt):
+        """The optimizer state where it waits between steps: in host memory when offloaded
+        (``ValueError`` where the backend has none), else as it is."""
+        if not self.offload_optimizer:
+            return opt
+        kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
+        if "pinned_host" not in kinds:
+            raise ValueError(f"Strategy.offload_optimizer: the {jax.devices()[0].platform} backend has no pinned_host "
+                             f"memory to offload to (its memories: {', '.join(sorted(kinds))})")
+        return jax.device_put(opt, jax.memory.Space.Host)
 
     def params(self, stored) -> dict:
         """The trainable parameters by name, from the state's ``params`` (or ``ema``)."""
@@ -162,8 +175,12 @@ class StepBuilder:
         check of every gradient is left out of the step (a pass over them all: 1 % of a
         ResNet-18 step on a CPU)."""
         def step(state: TrainState, sums, inputs, labels):
+            if self.offload_optimizer:  # host -> device for the update, and back after it
+                state = state.replace(opt=jax.device_put(state.opt, jax.memory.Space.Device))
             new = self.update(objective, tx, state, inputs, labels)
             state = state.advance(new.params, new.opt, new.merge, new.updates, new.finite, ema_decay)
+            if self.offload_optimizer:
+                state = state.replace(opt=jax.device_put(state.opt, jax.memory.Space.Host))
             return state, jax.tree.map(jnp.add, sums, new.sums), new.loss, new.finite if report_finite else None
 
         return jax.jit(step, donate_argnums=(0,) if donate else ())
