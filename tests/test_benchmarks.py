@@ -256,7 +256,7 @@ def test_cpu_latency_quick():
     # primitive had a scratchpad of its own, this run crashed in oneDNN's im2col
     out = run_quick("cpu_latency.py", timeout=300)
     assert "\n2 threads, batch 4, float32" in out and "1 thread," not in out, out
-    rows = re.findall(r"^(SmallCNN|DigitsCNN)(?:\s+\d+\.\d{3} ms){4}\s+(\d+\.\d\d)x\s+(\d+\.\d\d)x\s+-"
+    rows = re.findall(r"^(SmallCNN|DigitsCNN)(?:\s+\d+\.\d{3} ms){5}\s+(\d+\.\d\d)x\s+(\d+\.\d\d)x\s+-"
                       r"\s+\d+\.\d s / \d+\.\d s  (\S.*)$", out, re.M)
     assert [r[0] for r in rows] == ["SmallCNN", "DigitsCNN"], out
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
