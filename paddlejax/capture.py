@@ -123,7 +123,7 @@ def _module_function(module):
     # a module may also hold plain arrays (not Variables): they are state too
     values = [v.get_value() if isinstance(v, nnx.Variable) else v for v in variables]
     params = {n: x for n, x in zip(names, values) if _is_numeric(x)}
-    shardings = {n: variable_sharding(v) for n, v in zip(names, variables) if n in params and variable_sharding(v)}
+    shardings = {n: spec for n, v in zip(names, variables) if n in params and (spec := variable_sharding(v))}
 
     def call(p, *inputs):
         new = [v if n not in p else v.replace(p[n]) if isinstance(v, nnx.Variable) else p[n]

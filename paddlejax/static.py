@@ -47,8 +47,8 @@ class ModelState:
         self.values = {n: v.get_value() for n, v in zip(self.names, self.variables) if _is_array(v.get_value())}
         self.trainable = {n for n, v in zip(self.names, self.variables)
                           if isinstance(v, nnx.Param) and n in self.values}
-        self.shardings = {n: variable_sharding(v) for n, v in zip(self.names, self.variables)
-                          if n in self.values and variable_sharding(v)}
+        self.shardings = {n: spec for n, v in zip(self.names, self.variables)
+                          if n in self.values and (spec := variable_sharding(v))}
 
     def merge(self, values: dict):
         """A copy of the model whose variables hold ``values`` (others keep their own)."""
