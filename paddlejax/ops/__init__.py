@@ -13,6 +13,7 @@ from paddlejax.ops.activation import (gelu, hard_sigmoid, hard_swish, leaky_relu
 from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
 from paddlejax.ops.conv import conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d  # noqa: F401
 from paddlejax.ops.fp8 import fp8_linear, quantize_fp8  # noqa: F401
+from paddlejax.ops.hashing import hash_bucket  # noqa: F401
 from paddlejax.ops.loss import cross_entropy, nll_loss  # noqa: F401
 from paddlejax.ops.moe import moe_ffn  # noqa: F401
 from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_max, elementwise_min,  # noqa: F401
@@ -29,3 +30,4 @@ from paddlejax.ops.rnn import gru, lstm  # noqa: F401
 from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401
 from paddlejax.ops.shape import cast, concat, pad, reshape, slice, split, transpose  # noqa: F401, A004
 from paddlejax.ops.sharding import sharding_constraint  # noqa: F401
+from paddlejax.ops.sharded_lookup import sparse_embedding  # noqa: F401

@@ -122,13 +122,17 @@ matmul = define("matmul", _matmul, inputs=[Input("x", rank=tuple(range(1, 9))), 
 
 def _embedding(ids, weight, *, padding_idx):
     """Rows of ``weight`` picked by ``ids``; the ``padding_idx`` row reads as zeros and gets no gradient."""
-    out = jnp.take(weight, ids, axis=0)
+    return mask_padding("embedding", ids, jnp.take(weight, ids, axis=0), weight.shape[0], padding_idx)
+
+
+def mask_padding(op: str, ids, rows, vocab: int, padding_idx: int | None):
+    """``rows`` looked up for ``ids`` with those of id ``padding_idx`` (None: none) zeroed, so that
+    row reads as zeros and gets no gradient."""
     if padding_idx is None:
-        return out
-    vocab = weight.shape[0]
+        return rows
     if not -vocab <= padding_idx < vocab:
-        raise attr_error("embedding", "padding_idx", f"an index in [{-vocab}, {vocab})", padding_idx)
-    return jnp.where((ids == padding_idx % vocab)[..., None], jnp.zeros((), weight.dtype), out)
+        raise attr_error(op, "padding_idx", f"an index in [{-vocab}, {vocab})", padding_idx)
+    return jnp.where((ids == padding_idx % vocab)[..., None], jnp.zeros((), rows.dtype), rows)
 
 
 embedding = define("embedding", _embedding, inputs=[Input("ids", dtype="int"), Input("weight", rank=2, dtype="float")],

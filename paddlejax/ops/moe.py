@@ -34,13 +34,11 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from paddlejax.ops.registry import Attr, Input, define
-from paddlejax.ops.sharding import mesh_axes
+from paddlejax.ops.sharding import batch_axes, mesh_axes
 from paddlejax.ops.traits import Traits
 
 EP = "ep"
 ACTIVATIONS = {"gelu": jax.nn.gelu, "relu": jax.nn.relu, "silu": jax.nn.silu}
-# mesh axes that never split the batch: pipeline stages and tensor-parallel groups
-NOT_BATCH = ("pp", "mp")
 
 
 def capacity(tokens, num_experts: int, top_k: int, capacity_factor: float):
@@ -136,7 +134,7 @@ def _moe_ffn(x, gate, w1, b1, w2, b2, *, top_k, capacity_factor, activation):
     if EP not in axes:
         y, balance, dropped, load = moe_group(tokens, gate, w1, b1, w2, b2, **options)
         return y.reshape(x.shape), balance_loss(balance), dropped, load
-    batch = tuple(a for a in axes if a not in NOT_BATCH)
+    batch = batch_axes()
 
     def per_device(x, gate, w1, b1, w2, b2):
         exchange = functools.partial(lax.all_to_all, axis_name=EP, tiled=True)

@@ -24,12 +24,31 @@ from jax.sharding import PartitionSpec as P
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.traits import Traits
 
+# mesh axes that never split the batch: pipeline stages and tensor-parallel groups
+NOT_BATCH = ("pp", "mp")
+
 
 def mesh_axes() -> tuple[str, ...]:
     """The axes of the mesh set by ``jax.set_mesh`` around the current trace that XLA's partitioner
     still splits over: not those a surrounding ``shard_map`` made manual (none: ``()``)."""
     mesh = jax.sharding.get_abstract_mesh()
     return tuple(a for a, kind in zip(mesh.axis_names, mesh.axis_types) if kind != jax.sharding.AxisType.Manual)
+
+
+def batch_axes() -> tuple[str, ...]:
+    """The axes of :func:`mesh_axes` that split the batch: all but pipeline stages (``"pp"``) and
+    tensor-parallel groups (``"mp"``), in mesh order."""
+    return tuple(a for a in mesh_axes() if a not in NOT_BATCH)
+
+
+def laid_out(x, spec: P):
+    """``x`` resharded to ``spec`` where the mesh's axes are explicit (``jax.make_mesh``'s default,
+    under which ``shard_map`` takes only inputs already laid out as its ``in_specs`` say); as it
+    is on an auto mesh, where the partitioner moves it."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if jax.sharding.AxisType.Explicit in mesh.axis_types:
+        return jax.sharding.reshard(x, spec)
+    return x
 
 
 def sharding_problem(spec, rank: int) -> str | None:
