@@ -5,7 +5,8 @@ Image classification (Paddle's ``paddle.vision.models`` and PaddleClas variants)
 MobileNetV1/V2 with width multipliers, VGG11-19; text: BERT/ERNIE encoders with heads and a
 Hugging Face checkpoint loader, WordPiece tokenisation, pretrained all-MiniLM-L6-v2 sentence
 embeddings, the Transformer encoder-decoder with greedy and beam search, and the PaddingRNN
-LSTM/GRU language model. Every model traces to a program (``pj.to_static``) and takes
+LSTM/GRU language model; click-through rate: Wide & Deep and DeepFM over hashed, sharded
+embedding tables. Every model traces to a program (``pj.to_static``) and takes
 ``pretrained=PATH`` (a local safetensors file; nothing is downloaded).
 
 >>> import paddlejax as pj
@@ -16,6 +17,7 @@ LSTM/GRU language model. Every model traces to a program (``pj.to_static``) and 
 """
 from paddlejax.models.bert import (BertConfig, BertForSequenceClassification, BertForTokenClassification, BertModel,
                                    SentenceEmbedding, load_hf_bert)
+from paddlejax.models.ctr import DeepFM, WideDeep
 from paddlejax.models.digits import DigitsCNN
 from paddlejax.models.minilm import SentenceEncoder, all_minilm_l6_v2, all_minilm_l6_v2_classifier
 from paddlejax.models.mobilenet import MobileNetV1, MobileNetV2, mobilenet_v1, mobilenet_v2
@@ -32,5 +34,5 @@ __all__ = [
     "DigitsCNN", "BertConfig", "BertModel", "BertForSequenceClassification", "BertForTokenClassification",
     "SentenceEmbedding", "load_hf_bert", "BertTokenizer", "SentenceEncoder", "all_minilm_l6_v2",
     "all_minilm_l6_v2_classifier", "Transformer", "transformer_base", "transformer_big", "CrossEntropyCriterion",
-    "RNNLM", "padding_rnn", "lm_loss", "lm_batches",
+    "RNNLM", "padding_rnn", "lm_loss", "lm_batches", "WideDeep", "DeepFM",
 ]

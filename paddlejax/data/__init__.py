@@ -5,7 +5,7 @@
 >>> images.shape, labels.dtype
 ((8, 1, 8, 8), dtype('int32'))
 """
-from paddlejax.data.datasets import BBCNews, Digits
+from paddlejax.data.datasets import BBCNews, Digits, SyntheticCriteo
 from paddlejax.data.loader import DataLoader
 
-__all__ = ["DataLoader", "Digits", "BBCNews"]
+__all__ = ["DataLoader", "Digits", "BBCNews", "SyntheticCriteo"]

@@ -1,6 +1,7 @@
-"""Ready datasets read from data that ships inside installed packages (nothing is downloaded).
+"""Ready datasets read from data that ships inside installed packages (nothing is downloaded),
+and :class:`SyntheticCriteo`, click logs generated in Criteo's shape.
 
-Both are map-style (``len``, ``dataset[i]``) and so work with :class:`paddlejax.data.DataLoader`;
+All are map-style (``len``, ``dataset[i]``) and so work with :class:`paddlejax.data.DataLoader`;
 :class:`Digits` also offers ``arrays()``, which the loader batches with one gather per batch.
 
 >>> digits = Digits("test")
@@ -143,3 +144,60 @@ class BBCNews:
 
 def _articles(topic):
     return (f for f in topic.iterdir() if f.name.endswith(".txt") and f.is_file())
+
+
+class SyntheticCriteo:
+    """Click-through data in the Criteo display-ads shape, generated: 13 dense count features
+    (``log1p``-scaled), 26 categorical fields given as raw 31-bit feature values (hash them into
+    a table: :class:`~paddlejax.distributed.sparse_embedding.SparseEmbedding` ``hash_ids=True``),
+    and a 0/1 click label. Categories are drawn Zipf-like (a few common, a long tail; fields
+    range from 4 to ``max_cardinality`` categories), and clicks come from a hidden model with a
+    weight per category, pairwise interactions between fields (what FM and DeepFM learn) and a
+    dense part, about 25 % positive. The hidden model is fixed (``seed``); ``split`` draws the
+    samples (train and test differ, from the same model), so held-out AUC measures learning.
+
+    A sample is ``(dense, sparse, label)``; ``arrays()`` returns ``(dense, sparse, labels)``.
+
+    >>> data = SyntheticCriteo(1000, split="test")
+    >>> dense, sparse, labels = data.arrays()
+    >>> dense.shape, sparse.shape, sparse.dtype, bool(0.15 < labels.mean() < 0.35)
+    ((1000, 13), (1000, 26), dtype('int32'), True)
+    """
+
+    dense_features, sparse_fields = 13, 26
+
+    def __init__(self, size: int = 100_000, split: str = "train", seed: int = 0, max_cardinality: int = 20_000):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"SyntheticCriteo: size expects an int >= 1, got {size!r}")
+        if split not in ("train", "test"):
+            raise ValueError(f"SyntheticCriteo: split expects 'train' or 'test', got {split!r}")
+        if isinstance(max_cardinality, bool) or not isinstance(max_cardinality, int) or max_cardinality < 4:
+            raise ValueError(f"SyntheticCriteo: max_cardinality expects an int >= 4, got {max_cardinality!r}")
+        truth = np.random.default_rng(seed)
+        cards = np.geomspace(4, max_cardinality, self.sparse_fields).astype(int)
+        raw = [truth.choice(2**31 - 1, size=c, replace=False).astype(np.int32) for c in cards]  # category -> value
+        weights = [truth.normal(0, 0.6, c) for c in cards]
+        factors = [truth.normal(0, 0.5, (c, 4)) for c in cards]
+        pairs = truth.choice(self.sparse_fields, size=(8, 2), replace=True)
+        dense_w = truth.normal(0, 0.3, self.dense_features)
+
+        draw = np.random.default_rng([seed, 1 if split == "train" else 2])
+        counts = draw.lognormal(1.0, 1.2, (size, self.dense_features)) * (draw.random((size, 13)) < 0.8)
+        self.dense = np.log1p(np.floor(counts)).astype(np.float32)
+        cats = np.stack([np.minimum(draw.zipf(1.3, size) - 1, c - 1) for c in cards], axis=1)
+        self.sparse = np.stack([raw[f][cats[:, f]] for f in range(self.sparse_fields)], axis=1)
+        logit = (self.dense - self.dense.mean(0)) @ dense_w
+        logit = logit + sum(weights[f][cats[:, f]] for f in range(self.sparse_fields)) / 2
+        logit = logit + sum(np.sum(factors[i][cats[:, i]] * factors[j][cats[:, j]], axis=1) for i, j in pairs)
+        logit = logit - np.quantile(logit, 0.75)  # about a quarter clicked
+        self.labels = (draw.random(size) < 1 / (1 + np.exp(-2 * logit))).astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        return self.dense[index], self.sparse[index], self.labels[index]
+
+    def arrays(self):
+        """``(dense, sparse, labels)``, the whole split, in sample order."""
+        return self.dense, self.sparse, self.labels

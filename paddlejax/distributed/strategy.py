@@ -190,6 +190,11 @@ class Strategy:
             (:mod:`paddlejax.distributed.tensor_parallel`) split their weights over; neighbouring
             devices, as Megatron places them. XLA's partitioner places every collective of such a
             step, so ZeRO and hierarchical all-reduce (hand-placed collectives) do not combine with it.
+        shard_embeddings: split the tables of
+            :class:`~paddlejax.distributed.sparse_embedding.SparseEmbedding` layers by rows over the
+            data-parallel devices (lookups exchange ids and rows by all-to-all), the step
+            partitioned by XLA as under tensor parallelism; off, such tables are replicated and
+            plain data parallelism refuses them.
 
     >>> s = Strategy(hierarchical_allreduce=True, hierarchical_allreduce_inter_nranks=2)
     >>> s.replace(dp_degree=8).dp_degree
@@ -209,6 +214,7 @@ class Strategy:
     pp_degree: int | None = None
     tensor_parallel_degree: int = 1
     expert_parallel_degree: int = 1
+    shard_embeddings: bool = False
     comm_dtype: str | None = None
     offload_optimizer: bool = False
     localsgd: LocalSGD | None = None
@@ -217,7 +223,7 @@ class Strategy:
     def __post_init__(self):
         if self.amp not in AMP:
             raise ValueError(f"Strategy.amp: expected one of None, 'bf16', 'fp16', got {self.amp!r}")
-        for name in ("recompute", "fuse_all_reduce", "hierarchical_allreduce", "offload_optimizer"):
+        for name in ("recompute", "fuse_all_reduce", "hierarchical_allreduce", "offload_optimizer", "shard_embeddings"):
             _bool("Strategy", name, getattr(self, name))
         size = self.fuse_grad_size_in_MB
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
@@ -241,16 +247,16 @@ class Strategy:
         if self.comm_dtype not in COMM_DTYPES:
             raise ValueError(f"Strategy.comm_dtype: expected one of {', '.join(map(repr, COMM_DTYPES))}, "
                              f"got {self.comm_dtype!r}")
-        if self.comm_dtype is not None and (self.tensor_parallel_degree > 1 or self.expert_parallel_degree > 1
-                                            or self.pp_size > 1):
+        if self.comm_dtype is not None and (self.partitioned or self.pp_size > 1):
             raise ValueError(f"Strategy.comm_dtype: {self.comm_dtype!r} applies to data-parallel gradients; "
                              "sharded and pipeline steps communicate in the gradients' own type")
-        for name in ("tensor_parallel_degree", "expert_parallel_degree"):
-            degree = getattr(self, name)
-            if degree > 1 and (self.sharding.stage or self.hierarchical_allreduce or self.pp_size > 1):
+        for name in ("tensor_parallel_degree", "expert_parallel_degree", "shard_embeddings"):
+            value = getattr(self, name)
+            on = value if isinstance(value, bool) else value > 1
+            if on and (self.sharding.stage or self.hierarchical_allreduce or self.pp_size > 1):
                 what = (f"sharding.stage={self.sharding.stage}" if self.sharding.stage else
                         "hierarchical_allreduce" if self.hierarchical_allreduce else "pipeline parallelism")
-                raise ValueError(f"Strategy.{name}: {degree} does not combine with {what}: XLA's partitioner places "
+                raise ValueError(f"Strategy.{name}: {value} does not combine with {what}: XLA's partitioner places "
                                  "the collectives of a sharded step")
 
     def _check_gradient_modes(self) -> None:
@@ -263,12 +269,17 @@ class Strategy:
                                          (f"sharding.stage={self.sharding.stage}", self.sharding.stage > 0),
                                          ("gradient_merge", self.gradient_merge.k_steps > 1),
                                          ("comm_dtype", self.comm_dtype is not None),
-                                         ("tensor, expert or pipeline parallelism",
-                                          self.tensor_parallel_degree > 1 or self.expert_parallel_degree > 1
-                                          or self.pp_size > 1)) if on]
+                                         ("tensor, expert or pipeline parallelism or sharded embeddings",
+                                          self.partitioned or self.pp_size > 1)) if on]
         if clashes:
             raise ValueError(f"Strategy.{modes[0]}: replaces the gradient all-reduce, so it does not combine with "
                              f"{', '.join(clashes)}")
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether XLA's partitioner places this step's collectives (tensor or expert parallelism,
+        sharded embeddings) rather than data parallelism's hand-placed ones."""
+        return self.tensor_parallel_degree > 1 or self.expert_parallel_degree > 1 or self.shard_embeddings
 
     @property
     def pp_size(self) -> int:

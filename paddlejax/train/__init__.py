@@ -9,6 +9,6 @@ from paddlejax.train import metrics  # noqa: F401
 from paddlejax.train.callbacks import BestModel, Callback, EarlyStopping, LambdaCallback  # noqa: F401
 from paddlejax.train.history import History, PlotCurves, TensorBoard  # noqa: F401
 from paddlejax.train.loss_scale import LossScale  # noqa: F401
-from paddlejax.train.metrics import Accuracy, Metric, Perplexity, Precision, Recall  # noqa: F401
+from paddlejax.train.metrics import Accuracy, Auc, Metric, Perplexity, Precision, Recall  # noqa: F401
 from paddlejax.train.state import TrainState  # noqa: F401
 from paddlejax.train.trainer import Trainer  # noqa: F401

@@ -1,4 +1,4 @@
-"""The losses a Trainer takes by name (``loss="cross_entropy"`` or ``"mse"``).
+"""The losses a Trainer takes by name (``loss="cross_entropy"``, ``"bce_with_logits"`` or ``"mse"``).
 
 >>> import jax.numpy as jnp
 >>> float(get("mse")(jnp.array([1.0, 3.0]), jnp.array([0.0, 1.0])))
@@ -23,7 +23,19 @@ def mse(outputs, labels):
     return jnp.mean(jnp.square(outputs.astype(jnp.float32) - labels))
 
 
-LOSSES = {"cross_entropy": cross_entropy, "mse": mse}
+def bce_with_logits(outputs, labels):
+    """Binary cross entropy of logits ``outputs`` (``[N]`` or ``[N, 1]``) and 0/1 ``labels``,
+    averaged, in float32 (Paddle's ``binary_cross_entropy_with_logits``: click-through models).
+
+    >>> round(float(bce_with_logits(jnp.array([0.0, 0.0]), jnp.array([1, 0]))), 4)
+    0.6931
+    """
+    logits = outputs.astype(jnp.float32).reshape(-1)
+    labels = jnp.asarray(labels, jnp.float32).reshape(-1)
+    return jnp.mean(jnp.logaddexp(0.0, logits) - labels * logits)
+
+
+LOSSES = {"cross_entropy": cross_entropy, "bce_with_logits": bce_with_logits, "mse": mse}
 
 
 def get(loss) -> Callable:

@@ -16,6 +16,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class Metric:
@@ -123,12 +124,51 @@ class Perplexity(Metric):
         return {"ppl": math.exp(float(totals["nll"]) / max(int(totals["tokens"]), 1))}
 
 
+class Auc(Metric):
+    """Area under the ROC curve of a binary classifier (Paddle's ``paddle.metric.Auc``): each
+    batch adds its predictions to histograms of positives and negatives over ``num_thresholds + 1``
+    buckets of the positive class's probability, and the area is summed bucket by bucket (exact
+    to the bucket width). ``outputs``: the positive class's probability ``[N]`` or ``[N, 1]``, the
+    two classes' ``[N, 2]``, or logits of either with ``from_logits=True``.
+
+    >>> import jax.numpy as jnp
+    >>> auc = Auc()
+    >>> auc.result(auc.update(jnp.array([0.9, 0.8, 0.3, 0.1]), jnp.array([1, 0, 1, 0])))
+    {'auc': 0.75}
+    """
+
+    name = "auc"
+
+    def __init__(self, num_thresholds: int = 4095, from_logits: bool = False):
+        if isinstance(num_thresholds, bool) or not isinstance(num_thresholds, int) or num_thresholds < 1:
+            raise ValueError(f"Auc: num_thresholds expects an int >= 1, got {num_thresholds!r}")
+        self.num_thresholds, self.from_logits = num_thresholds, from_logits
+
+    def update(self, outputs, labels):
+        outputs = jnp.asarray(outputs, jnp.float32)
+        if outputs.ndim > 1 and outputs.shape[-1] == 2:
+            probs = jax.nn.softmax(outputs, axis=-1)[..., 1] if self.from_logits else outputs[..., 1]
+        else:
+            probs = jax.nn.sigmoid(outputs) if self.from_logits else outputs
+        probs, truth = probs.reshape(-1), jnp.asarray(labels).reshape(-1).astype(bool)
+        bucket = jnp.clip((probs * self.num_thresholds).astype(jnp.int32), 0, self.num_thresholds)
+        count = lambda keep: jnp.zeros(self.num_thresholds + 1, jnp.int32).at[bucket].add(keep)  # noqa: E731
+        return {"pos": count(truth.astype(jnp.int32)), "neg": count((~truth).astype(jnp.int32))}
+
+    def result(self, totals):
+        pos, neg = (np.asarray(totals[k], np.float64)[::-1] for k in ("pos", "neg"))  # highest scores first
+        tp, fp = np.cumsum(pos), np.cumsum(neg)
+        area = np.sum((fp - np.concatenate([[0.0], fp[:-1]])) * (tp + np.concatenate([[0.0], tp[:-1]])) / 2)
+        return {"auc": float(area / (tp[-1] * fp[-1])) if tp[-1] and fp[-1] else 0.0}
+
+
 _BY_NAME = {"acc": Accuracy, "accuracy": Accuracy, "precision": Precision, "recall": Recall,
-            "ppl": Perplexity, "perplexity": Perplexity}
+            "ppl": Perplexity, "perplexity": Perplexity, "auc": Auc}
 
 
 def get(metric) -> Metric:
-    """A metric from an instance or a name (``"accuracy"``, ``"precision"``, ``"recall"``, ``"ppl"``).
+    """A metric from an instance or a name (``"accuracy"``, ``"precision"``, ``"recall"``, ``"ppl"``,
+    ``"auc"``).
 
     >>> get("accuracy").topk
     (1,)

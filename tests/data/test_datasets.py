@@ -120,3 +120,31 @@ def test_bbc_missing_data_is_explained(tmp_path, monkeypatch):
 def test_bbc_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         BBCNews(**kwargs)
+
+
+def test_synthetic_criteo_is_seeded_and_its_splits_differ_under_one_hidden_model():
+    from paddlejax.data import SyntheticCriteo
+
+    a, b = SyntheticCriteo(2000).arrays(), SyntheticCriteo(2000).arrays()
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    dense, sparse, labels = a
+    test_sparse = SyntheticCriteo(2000, split="test").arrays()[1]
+    assert not np.array_equal(sparse, test_sparse)
+    # the same categories (raw values) in both splits: one hidden model
+    assert set(np.unique(test_sparse[:, 0])) == set(np.unique(sparse[:, 0]))
+    assert dense.dtype == np.float32 and (dense >= 0).all() and set(np.unique(labels)) == {0, 1}
+    # Zipf-like: the commonest category of the widest field covers a large share
+    assert np.bincount(np.unique(sparse[:, -1], return_inverse=True)[1]).max() > 0.2 * len(labels)
+    sample = SyntheticCriteo(10)[3]
+    assert len(sample) == 3 and sample[1].shape == (26,)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"size": 0}, "size expects an int >= 1"),
+                                             ({"split": "valid"}, "split expects 'train' or 'test'"),
+                                             ({"max_cardinality": 2}, "max_cardinality expects an int >= 4")])
+def test_synthetic_criteo_refuses_bad_arguments(kwargs, message):
+    from paddlejax.data import SyntheticCriteo
+
+    with pytest.raises(ValueError, match=message):
+        SyntheticCriteo(**kwargs)

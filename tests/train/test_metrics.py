@@ -1,4 +1,5 @@
 """Metrics sum per batch and reduce exactly over any batch split."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -40,3 +41,30 @@ def test_metric_names_resolve_and_unknown_ones_are_refused():
     assert isinstance(metrics.get("accuracy"), metrics.Accuracy)
     with pytest.raises(ValueError, match="metrics: expects a Metric or one of"):
         metrics.get("f1")
+
+
+def test_auc_matches_sklearn_for_any_batch_split():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 3000)
+    probs = np.clip(rng.normal(0.4 + 0.2 * labels, 0.2), 0, 1).astype(np.float32)
+    auc = metrics.Auc()
+    whole = auc.result(auc.update(jnp.asarray(probs), jnp.asarray(labels)))["auc"]
+    parts = [auc.update(jnp.asarray(probs[i:i + 700]), jnp.asarray(labels[i:i + 700])) for i in range(0, 3000, 700)]
+    summed = {k: sum(p[k] for p in parts) for k in parts[0]}
+    assert whole == pytest.approx(roc_auc_score(labels, probs), abs=1e-4)
+    assert auc.result(summed)["auc"] == whole
+
+
+def test_auc_reads_logits_and_two_class_outputs():
+    labels = jnp.array([1, 0, 1, 0])
+    logits = jnp.array([2.0, -1.0, 0.5, 0.7])
+    want = metrics.Auc().result(metrics.Auc().update(jax.nn.sigmoid(logits), labels))["auc"]
+    auc = metrics.Auc(from_logits=True)
+    assert auc.result(auc.update(logits, labels))["auc"] == want == 0.75
+    two = jnp.stack([-logits, logits], axis=1)
+    assert auc.result(auc.update(two, labels))["auc"] == want
+    assert metrics.get("auc").name == "auc"
+    with pytest.raises(ValueError, match="Auc: num_thresholds expects an int >= 1"):
+        metrics.Auc(num_thresholds=0)

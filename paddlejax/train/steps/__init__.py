@@ -21,7 +21,8 @@ def step_builder(strategy=None, optimizer: optax.GradientTransformation | None =
                  avg: bool = True) -> StepBuilder:
     """The step builder for ``strategy`` (a :class:`~paddlejax.distributed.Strategy` or None for
     one device): pipeline parallel when it has more than one stage, else sharded (XLA-partitioned)
-    when ``tensor_parallel_degree`` or ``expert_parallel_degree`` is over 1, else data parallel, merging
+    when ``tensor_parallel_degree`` or ``expert_parallel_degree`` is over 1 or ``shard_embeddings`` is on,
+    else data parallel, merging
     ``accumulate`` micro-batches' gradients (their mean, or with ``avg=False`` their sum) before
     it communicates. ``optimizer`` is the user's, which a pipeline checks it can run."""
     if strategy is None:
@@ -30,7 +31,7 @@ def step_builder(strategy=None, optimizer: optax.GradientTransformation | None =
         from paddlejax.train.steps.pipeline_parallel import PipelineParallelStep
 
         builder = PipelineParallelStep(strategy, optimizer)
-    elif strategy.tensor_parallel_degree > 1 or strategy.expert_parallel_degree > 1:
+    elif strategy.partitioned:
         from paddlejax.train.steps.sharded import ShardedStep
 
         builder = ShardedStep(strategy)

@@ -52,6 +52,14 @@ class DataParallelStep(StepBuilder):
 
     def prepare(self, program: Program) -> None:
         self.batch_norm = self.dp.check_batch_norm(program)
+        axes = set(self.dp.mesh.axis_names)
+        for op in program.param_ops():
+            split = {a for entry in op.attrs.get("sharding", ()) if entry
+                     for a in (entry if isinstance(entry, tuple) else (entry,))}
+            if split & axes:
+                raise ValueError(f"data parallel: parameter '{op.attrs['name']}' is split by rows over the "
+                                 f"data-parallel devices (a SparseEmbedding table); train it with "
+                                 f"Strategy(shard_embeddings=True)")
 
     def init(self, params: dict, values: dict, tx: optax.GradientTransformation) -> tuple:
         placed = self.dp.init(params, tx)
