@@ -107,6 +107,13 @@ def test_distributed_scale_quick():
     assert rows.keys() == {"data parallel (dp=8)", "tensor parallel 8"}, out
     # tensor parallel splits the encoder's matrices over the 8 devices: each holds less
     assert float(rows["tensor parallel 8"]) < 1.0 == float(rows["data parallel (dp=8)"]), out
+    ctr = dict((name, (float(table), auc)) for name, table, auc in re.findall(
+        r"^(one device|split over 8 devices)\s+(\d+\.\d\d)\s+\d+\.\d\d\s+\S+(?: / \S+)?\s+\S+(?: / \S+)?\s+"
+        r"(\d\.\d{4})", out, re.M))
+    assert ctr.keys() == {"one device", "split over 8 devices"}, out
+    # an eighth of the tables on each device, trained to the same held-out AUC
+    assert ctr["split over 8 devices"][0] < ctr["one device"][0] / 7, out
+    assert ctr["split over 8 devices"][1] == ctr["one device"][1], out
 
 
 def test_distributed_quick():
