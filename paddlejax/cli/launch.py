@@ -6,6 +6,10 @@
 The script calls paddlejax.distributed.env.init_from_env() before any JAX work; jax.devices() then
 lists the devices of every process. If a rank fails, the others are stopped and its log tail is
 shown; Ctrl-C stops all ranks. The exit status is the failing rank's (0 when all succeed).
+With --elastic a failed run is restarted, every rank together, up to --max-restarts times; a
+Trainer with a checkpoint_dir resumes from its last checkpoint (on any number of processes).
+
+    paddlejax launch --elastic --max-restarts 5 --nproc 2 train.py
 """
 from __future__ import annotations
 
@@ -22,6 +26,10 @@ def add_arguments(p) -> None:
                    help="coordinator on node 0 (default: a free port on 127.0.0.1; required with --nnodes > 1)")
     p.add_argument("--grace-period", type=float, default=5.0, metavar="SECONDS",
                    help="time a rank gets to exit after SIGTERM before SIGKILL (default 5)")
+    p.add_argument("--elastic", action="store_true",
+                   help="restart the whole run when a rank fails, up to --max-restarts times")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="restarts of an --elastic run before giving up (default 3)")
     p.add_argument("script", help="Python script every process runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -31,4 +39,4 @@ def main(args) -> int:
 
     return launch(args.script, args.script_args, nproc=args.nproc, devices_per_proc=args.devices_per_proc,
                   log_dir=args.log_dir, nnodes=args.nnodes, node_rank=args.node_rank, master=args.master,
-                  grace_period=args.grace_period)
+                  grace_period=args.grace_period, max_restarts=args.max_restarts if args.elastic else 0)

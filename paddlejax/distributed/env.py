@@ -8,7 +8,9 @@ The launcher gives every process these variables:
 - ``PADDLEJAX_PROCESS_ID``: this process's rank, ``0 .. num_processes - 1``;
 - ``PADDLEJAX_LOCAL_RANK``: its rank on this node;
 - ``PADDLEJAX_DEVICES_PER_PROC``: devices per process, when asked for: ``K`` host (CPU) devices,
-  and on a GPU node the ``K`` GPUs ``local_rank * K .. local_rank * K + K - 1``.
+  and on a GPU node the ``K`` GPUs ``local_rank * K .. local_rank * K + K - 1``;
+- ``PADDLEJAX_RESTART_COUNT``: how many times an elastic launch has restarted the run (0 at
+  first); a Trainer with a ``checkpoint_dir`` resumes by itself whatever it is.
 
 A script outside a launch sees none of them, and :func:`init_from_env` leaves JAX alone:
 
@@ -28,6 +30,7 @@ NUM_PROCESSES = "PADDLEJAX_NUM_PROCESSES"
 PROCESS_ID = "PADDLEJAX_PROCESS_ID"
 LOCAL_RANK = "PADDLEJAX_LOCAL_RANK"
 DEVICES_PER_PROC = "PADDLEJAX_DEVICES_PER_PROC"
+RESTART_COUNT = "PADDLEJAX_RESTART_COUNT"
 
 _TOO_LATE = ("init_from_env() must run before JAX starts its backend, but devices are already "
              "initialised (something called jax.devices(), created an array or ran a computation). "

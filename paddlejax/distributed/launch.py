@@ -10,6 +10,14 @@ tail are printed; SIGINT (Ctrl-C) or SIGTERM to the launcher stops every rank th
 a second one kills them at once. (A rank that joined JAX's distributed runtime takes SIGTERM as
 a preemption notice and keeps running: it has the grace period to save a checkpoint.)
 
+Elastic runs (``max_restarts > 0``, ``paddlejax launch --elastic``): when a rank fails, every rank
+is stopped and the whole run started again, on a fresh coordinator, up to ``max_restarts`` times
+(JAX's distributed runtime cannot take a lone process back in, so the run restarts together).
+Each start sees ``PADDLEJAX_RESTART_COUNT``; logs are appended to, one header per restart. A
+script that trains with a ``checkpoint_dir`` resumes from its last checkpoint, and the
+checkpoint reads back on any number of processes and devices, so the run may be restarted by
+hand with another ``nproc`` too.
+
 >>> import pathlib, tempfile
 >>> work = pathlib.Path(tempfile.mkdtemp())
 >>> script = work / "hello.py"
@@ -77,8 +85,8 @@ class _Rank:
     """One process of the run, with the thread that copies its output to its log file (and,
     when ``echo`` is given, to ``echo`` with a ``[rank{i}]`` prefix)."""
 
-    def __init__(self, cmd: list[str], environ: dict[str, str], rank: int, log_path: Path, echo):
-        self.rank, self.log_path = rank, log_path
+    def __init__(self, cmd: list[str], environ: dict[str, str], rank: int, log_path: Path, echo, append: bool):
+        self.rank, self.log_path, self.append = rank, log_path, append
         # A session of its own: a Ctrl-C in the terminal reaches only the launcher, which then
         # stops every rank in order, and killpg also reaches whatever the rank itself started.
         self.proc = subprocess.Popen(cmd, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -88,7 +96,7 @@ class _Rank:
 
     def _copy(self, echo) -> None:
         prefix = f"[rank{self.rank}] "
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("ab" if self.append else "wb") as log:
             for line in iter(self.proc.stdout.readline, b""):
                 log.write(line)
                 log.flush()
@@ -134,7 +142,7 @@ class _Supervisor:
         while True:
             if self.signals:
                 sig = self.signals[0]
-                self._say(f"{_signal_name(sig)} received; stopping {len(self.ranks)} ranks "
+                self.say(f"{_signal_name(sig)} received; stopping {len(self.ranks)} ranks "
                           f"(send it again to kill them at once)")
                 self.stop()
                 return 128 + sig
@@ -166,7 +174,7 @@ class _Supervisor:
     def _fail(self, rank: _Rank) -> int:
         code = rank.proc.returncode
         how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-        self._say(f"rank {rank.rank} {how}; stopping the others ({sum(r.running() for r in self.ranks)} running)")
+        self.say(f"rank {rank.rank} {how}; stopping the others ({sum(r.running() for r in self.ranks)} running)")
         self.stop()
         lines = rank.tail(TAIL_LINES)
         self.err.write(f"--- last {len(lines)} lines of {rank.log_path} (rank {rank.rank}, {how}) ---\n")
@@ -174,15 +182,15 @@ class _Supervisor:
         self.err.flush()
         return exit_status(code)
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
         self.err.write(f"paddlejax launch: {message}\n")
         self.err.flush()
 
 
 def launch(script: str | os.PathLike, args: Sequence[str] = (), *, nproc: int, devices_per_proc: int | None = None,
            log_dir: str | os.PathLike = "log", nnodes: int = 1, node_rank: int = 0, master: str | None = None,
-           grace_period: float = 5.0, environ: Mapping[str, str] | None = None, python: str = sys.executable,
-           echo=None, err=None) -> int:
+           grace_period: float = 5.0, max_restarts: int = 0, environ: Mapping[str, str] | None = None,
+           python: str = sys.executable, echo=None, err=None) -> int:
     """Run ``python script *args`` as ``nproc`` processes on this node and supervise them;
     the exit status: 0 when every rank succeeded, else the failing rank's (128 + N for a
     signal N, also when the launcher itself is stopped by one).
@@ -190,7 +198,8 @@ def launch(script: str | os.PathLike, args: Sequence[str] = (), *, nproc: int, d
     Ranks on this node are ``node_rank * nproc + local_rank`` of ``nnodes * nproc``. The
     coordinator is ``master`` (``"ADDR:PORT"`` of node 0, required with several nodes), else a
     free port on 127.0.0.1. ``devices_per_proc`` CPU devices per process are set up by
-    ``init_from_env``. ``environ`` (default ``os.environ``) is the children's base environment;
+    ``init_from_env``. After a rank fails, the whole run is started again up to ``max_restarts``
+    times (see the module doc); a stop by a signal is never restarted. ``environ`` (default ``os.environ``) is the children's base environment;
     ``echo`` (default stdout) receives local rank 0's output, ``err`` (default stderr) the
     launcher's messages. Bad arguments raise ``ValueError`` naming the argument.
 
@@ -212,12 +221,13 @@ def launch(script: str | os.PathLike, args: Sequence[str] = (), *, nproc: int, d
                          f"with nnodes={nnodes}")
     if grace_period < 0:
         raise ValueError(f"grace_period must be >= 0 seconds, got {grace_period}")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be an int >= 0 (restarts after a failure), got {max_restarts!r}")
     if not Path(script).is_file():
         raise ValueError(f"script {str(script)!r} is not a file")
 
     base = dict(os.environ if environ is None else environ)
-    base.update({launch_env.COORDINATOR: master or f"127.0.0.1:{free_port()}",
-                 launch_env.NUM_PROCESSES: str(nnodes * nproc), "PYTHONUNBUFFERED": "1"})
+    base.update({launch_env.NUM_PROCESSES: str(nnodes * nproc), "PYTHONUNBUFFERED": "1"})
     base.pop(launch_env.DEVICES_PER_PROC, None)
     if devices_per_proc is not None:
         base[launch_env.DEVICES_PER_PROC] = str(devices_per_proc)
@@ -230,12 +240,25 @@ def launch(script: str | os.PathLike, args: Sequence[str] = (), *, nproc: int, d
     previous = {s: signal.signal(s, supervisor.on_signal) for s in (signal.SIGINT, signal.SIGTERM)} \
         if in_main_thread else {}
     try:
-        for local in range(nproc):
-            rank = node_rank * nproc + local
-            child_env = {**base, launch_env.PROCESS_ID: str(rank), launch_env.LOCAL_RANK: str(local)}
-            supervisor.ranks.append(_Rank([python, str(script), *args], child_env, rank,
-                                          log_dir / f"rank{rank}.log", echo if local == 0 else None))
-        return supervisor.watch()
+        for restart in range(max_restarts + 1):
+            if restart:
+                supervisor.say(f"restarting all {nproc} ranks (restart {restart} of {max_restarts})")
+                supervisor.ranks = []
+            base.update({launch_env.COORDINATOR: master or f"127.0.0.1:{free_port()}",
+                         launch_env.RESTART_COUNT: str(restart)})
+            for local in range(nproc):
+                rank = node_rank * nproc + local
+                log = log_dir / f"rank{rank}.log"
+                if restart:
+                    with log.open("a") as f:
+                        f.write(f"--- paddlejax launch: restart {restart} of {max_restarts} ---\n")
+                child_env = {**base, launch_env.PROCESS_ID: str(rank), launch_env.LOCAL_RANK: str(local)}
+                supervisor.ranks.append(_Rank([python, str(script), *args], child_env, rank, log,
+                                              echo if local == 0 else None, append=bool(restart)))
+            status = supervisor.watch()
+            if status == 0 or supervisor.signals:
+                return status
+        return status
     finally:
         if any(r.running() for r in supervisor.ranks):  # the launcher itself failed
             supervisor.stop()

@@ -148,3 +148,37 @@ def test_bad_arguments_are_refused_before_anything_starts(args, message, tmp_pat
 def test_a_missing_script_is_named(tmp_path, capsys):
     assert main(["launch", "--log-dir", str(tmp_path / "log"), str(tmp_path / "train.py")]) == 2
     assert f"script '{tmp_path / 'train.py'}' is not a file" in capsys.readouterr().err
+
+
+FLAKY = """import os, sys
+restart = int(os.environ["PADDLEJAX_RESTART_COUNT"])
+print("rank", os.environ["PADDLEJAX_PROCESS_ID"], "start", restart, "coordinator", os.environ["PADDLEJAX_COORDINATOR"])
+if os.environ["PADDLEJAX_PROCESS_ID"] == "1" and restart < int(sys.argv[1]):
+    sys.exit(5)
+"""
+
+
+@pytest.mark.parametrize("failures, code", [(2, 0), (4, 5)])
+def test_an_elastic_run_restarts_every_rank_after_a_failure_up_to_the_limit(failures, code, tmp_path):
+    script = tmp_path / "flaky.py"
+    script.write_text(FLAKY)
+    result = run_launch("--elastic", "--max-restarts", 3, "--nproc", 2, "--log-dir", tmp_path / "log", script,
+                        failures, cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    starts = min(failures, 3) + 1
+    # rank 0's echoed lines: "[rank0] rank 0 start K coordinator ADDR"
+    assert [line.split()[4] for line in result.stdout.splitlines()] == [str(i) for i in range(starts)]
+    assert result.stderr.count("rank 1 exited with code 5") == min(failures, 4)
+    assert f"restarting all 2 ranks (restart {starts - 1} of 3)" in result.stderr
+    assert f"(restart {starts} of 3)" not in result.stderr
+    coordinators = {line.split()[-1] for line in result.stdout.splitlines()}
+    assert len(coordinators) == starts  # a fresh coordinator each time
+    log = (tmp_path / "log" / "rank1.log").read_text()
+    assert log.count("--- paddlejax launch: restart") == starts - 1 and log.count("rank 1 start") == starts
+
+
+def test_without_elastic_a_failure_is_final(tmp_path):
+    script = tmp_path / "flaky.py"
+    script.write_text(FLAKY)
+    result = run_launch("--nproc", 2, "--log-dir", tmp_path / "log", script, 1, cwd=tmp_path)
+    assert result.returncode == 5 and "restarting" not in result.stderr
