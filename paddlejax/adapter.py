@@ -523,6 +523,11 @@ def key_data(value):
     return jax.random.key_data(value) if is_key(value) else value
 
 
+def wrap_key_data(data, like):
+    """Keys of ``like``'s key type (an array or ``jax.ShapeDtypeStruct``) from their raw ``data``."""
+    return jax.random.wrap_key_data(data, impl=like.dtype._impl)  # the type's PRNG implementation
+
+
 def key_computation(eqn):
     """A function of the raw data of a key equation's operands that computes the raw data of its
     results (one value), mirroring JAX's lowering of ``random_split``, ``random_bits`` … and of

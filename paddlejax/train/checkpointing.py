@@ -4,7 +4,10 @@ writes them during ``fit`` and resumes from them.
 On disk (through :class:`~paddlejax.train.checkpoint.CheckpointManager`) the state is its leaves
 numbered in the order of :meth:`TrainState.as_dict <paddlejax.train.state.TrainState.as_dict>`
 (``{"00000": ..., "00001": ...}``), the layout since the first release, so older checkpoints
-restore. The meta holds the epoch, the data loader's position, the input specs (so ``load``
+restore. The state is stored whole, in its step's portable layout
+(:meth:`~paddlejax.train.steps.base.StepBuilder.portable`: ZeRO's flat vectors as the parameters'
+trees), so a run saved on N devices or processes resumes on M (elastic restart): each array is
+laid out again as the resuming step runs it. The meta holds the epoch, the data loader's position, the input specs (so ``load``
 needs no data) and every entry's name and shape (so a mismatch is told by name).
 
 >>> import jax.numpy as jnp
@@ -25,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from paddlejax.train.callbacks import Callback
+from paddlejax.train.placement import host_copy
 from paddlejax.train.state import TrainState
 
 if TYPE_CHECKING:  # the checkpoint package imports Orbax, which a Trainer without checkpoints never needs
@@ -79,19 +83,31 @@ def difference(stored: dict, current: dict) -> str:
 
 def save(manager: CheckpointManager, trainer, loader=None, force: bool = True) -> bool:
     """Save ``trainer``'s state as its current step in ``manager``, with the position of
-    ``loader`` (the training data, or None); returns whether a checkpoint was written."""
+    ``loader`` (the training data, or None); returns whether a checkpoint was written.
+
+    The state is stored whole, in the step's portable layout (the same for any number of devices
+    and processes). In a multi-process run every process calls this (the state is gathered) and
+    process 0 writes."""
+    if not force and trainer.step % manager.every:
+        return False
+    state = jax.tree.map(host_copy, trainer.step_builder.portable(trainer.state))
+    if jax.process_index() != 0:
+        return False
     meta = {"epoch": trainer.epoch, "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
             "inputs": [[list(s.shape), jnp.dtype(s.dtype).name] for s in trainer.specs],
-            "state": entries(trainer.state)}
-    return manager.save(trainer.step, tree(trainer.state), meta=meta, force=force)
+            "state": entries(state), "processes": jax.process_count(), "devices": jax.device_count()}
+    return manager.save(trainer.step, tree(state), meta=meta, force=force)
 
 
-def _placed_like(restored, old):
-    """``restored`` where ``old`` lives: sharded like it (a ZeRO state stays sharded), or, for
-    an array on one device, uncommitted, so that jit may pair it with sharded ones."""
-    if len(old.sharding.device_set) > 1:
-        return jax.device_put(restored, old.sharding)
-    return jnp.asarray(np.asarray(restored))
+def _host_like(leaf):
+    """What a checkpoint's ``leaf`` is read back as: a NumPy array (no memory until read), or,
+    for a PRNG key, a key on this process's first device."""
+    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=jax.sharding.SingleDeviceSharding(
+            jax.local_devices()[0]))
+    if isinstance(leaf, (jax.Array, np.ndarray)):
+        return np.lib.stride_tricks.as_strided(np.zeros((), leaf.dtype), leaf.shape, (0,) * leaf.ndim)
+    return leaf
 
 
 def restore(manager: CheckpointManager, trainer, step: int | None = None) -> dict | None:
@@ -99,21 +115,22 @@ def restore(manager: CheckpointManager, trainer, step: int | None = None) -> dic
     state and epoch; returns its meta, or None when there is no checkpoint."""
     from paddlejax.train.checkpoint import CheckpointError
 
+    current = trainer.step_builder.portable(trainer.state)
     try:
-        restored = manager.restore(like=tree(trainer.state), step=step)
+        restored = manager.restore(like=tree(jax.tree.map(_host_like, current)), step=step)
     except CheckpointError as e:
         stored = e.meta.get("state") if isinstance(e.meta, dict) else None
         if not isinstance(stored, dict):
             raise
         raise CheckpointError(f"Trainer: checkpoint step {e.step} in {manager.directory} does not fit this "
-                              f"run's training state ({difference(stored, entries(trainer.state))}); "
+                              f"run's training state ({difference(stored, entries(current))}); "
                               "resume with the model and optimizer it was saved with, or start afresh with "
                               "resume=False or another checkpoint_dir", step=e.step, meta=e.meta) from None
     if restored is None:
         return None
-    leaves, treedef = jax.tree.flatten(trainer.state.as_dict())
-    placed = [_placed_like(restored.state[k], old) for k, old in zip(sorted(restored.state), leaves)]
-    trainer.state = TrainState(**jax.tree.unflatten(treedef, placed))
+    treedef = jax.tree.structure(current.as_dict())
+    portable = TrainState(**jax.tree.unflatten(treedef, [restored.state[k] for k in sorted(restored.state)]))
+    trainer.state = trainer.step_builder.from_portable(portable, trainer.state)
     trainer.epoch = restored.meta["epoch"]
     return restored.meta
 
@@ -154,9 +171,13 @@ class Checkpointing(Callback):
 
     def __init__(self, manager: CheckpointManager, loader, save_freq: int = 1, resume: bool = True):
         self.manager, self.loader, self.save_freq, self.resume = manager, loader, save_freq, resume
+        # the step last saved (or restored), as every process of a run knows it alike: whether to
+        # save decides whether to gather the state, which all of them must do together
+        self.saved: int | None = None
 
     def on_train_begin(self, trainer):
-        if not self.resume or self.manager.latest_step() is None:
+        self.saved = self.manager.latest_step()
+        if not self.resume or self.saved is None:
             return
         from paddlejax.data import DataLoader
 
@@ -165,11 +186,27 @@ class Checkpointing(Callback):
         trainer.build(*next(iter(peek))[:-1])
         meta = restore(self.manager, trainer)
         if meta is not None and meta.get("loader") is not None:
-            self.loader.load_state_dict(meta["loader"])
+            self.loader.load_state_dict(self._loader_state(meta))
+
+    def _loader_state(self, meta: dict) -> dict:
+        """The saved loader position for this run's loader: a run resumed on another number of
+        processes feeds each process another share of every batch, so its loader differs in
+        size; the position (batches into the epoch) carries over when both give as many batches
+        an epoch."""
+        state, processes = meta["loader"], meta.get("processes", 1)
+        if processes == jax.process_count():
+            return state
+        theirs = -(-state["num_samples"] // state["batch_size"])
+        if theirs != len(self.loader):
+            raise ValueError(f"Trainer: the checkpoint was saved by {processes} processes whose data loaders gave "
+                             f"{theirs} batches an epoch; this run's gives {len(self.loader)}: give each of the "
+                             f"{jax.process_count()} processes its share of every global batch")
+        return {**state, "batch_size": self.loader.batch_size, "num_samples": self.loader.num_samples}
 
     def on_train_batch_end(self, trainer, step):
         if step % self.manager.every == 0:
             save(self.manager, trainer, self.loader, force=False)
+            self.saved = step
 
     def on_epoch_end(self, trainer, epoch, logs):
         finished = trainer.epoch > epoch  # not stopped part-way
@@ -181,5 +218,6 @@ class Checkpointing(Callback):
         self.manager.wait()
 
     def _save_unsaved(self, trainer) -> None:
-        if self.manager.latest_step() != trainer.step:
+        if self.saved != trainer.step:
             save(self.manager, trainer, self.loader)
+            self.saved = trainer.step

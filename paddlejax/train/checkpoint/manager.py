@@ -14,14 +14,15 @@ import os
 import warnings
 from typing import Any
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 from paddlejax.train.checkpoint.errors import CheckpointError, Corrupt, CorruptCheckpointWarning, Restored
 from paddlejax.train.checkpoint.lock import acquire_writer_lock, release_writer_lock
-from paddlejax.train.checkpoint.manifest import (MANIFEST_FORMAT, MANIFEST_VERSION, as_like, check_structure,
-                                                 describe, like_leaves, manifest_crc32, parse_manifest, target,
-                                                 verify)
+from paddlejax.train.checkpoint.manifest import (MANIFEST_FORMAT, MANIFEST_VERSION, HostKeys, as_like,
+                                                 check_structure, describe, host_local, like_leaves, manifest_crc32,
+                                                 parse_manifest, target, verify)
 
 _ITEMS = ("state", "manifest")
 
@@ -85,8 +86,17 @@ class CheckpointManager:
         self.directory = os.path.abspath(os.fspath(directory))
         self.every = int(every)
         self.keep = None if keep is None else int(keep)
+        islands = {}
+        if jax.process_count() > 1:
+            # Each process its own manager, with no barriers between them: the state reaches the
+            # writer whole (the Trainer gathers it), one process writes, any may read.
+            me = jax.process_index()
+            os.makedirs(self.directory, exist_ok=True)
+            islands = dict(create=False, multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=me, active_processes={me}))
         options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, save_interval_steps=1,
-                                               enable_async_checkpointing=bool(async_save), create=True)
+                                               enable_async_checkpointing=bool(async_save),
+                                               **({"create": True} | islands))
         self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=_ITEMS)
         self._bad: set[int] = set()
         self._locked = False  # whether this manager holds the directory's writer lock
@@ -122,9 +132,12 @@ class CheckpointManager:
         self._drop_abandoned(step)
         if step in self._mgr.all_steps():
             return False
+        if jax.process_count() > 1:  # Orbax takes only host arrays from one process of several
+            state = jax.tree.map(host_local, state)
         manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "step": step, "meta": meta,
                     "leaves": describe(state)}
         manifest["crc32"] = manifest_crc32(manifest)
+        state = jax.tree.map(lambda leaf: leaf.data if isinstance(leaf, HostKeys) else leaf, state)
         args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                                   manifest=ocp.args.JsonSave(manifest))
         # Orbax's own policy also refuses steps below its latest; ``every`` is decided above.

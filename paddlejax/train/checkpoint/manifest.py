@@ -14,11 +14,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from paddlejax.adapter import wrap_key_data
 from paddlejax.train.checkpoint.errors import CheckpointError, Corrupt
 
 MANIFEST_FORMAT = "paddlejax.checkpoint"
 MANIFEST_VERSION = 2  # 2: the manifest carries a CRC-32 of itself; 1 (readable) did not
 _SCALARS = (bool, int, float)
+KINDS = ("jax", "numpy", "scalar", "key_data")  # key_data: keys' raw bits, written by one of several processes
 
 
 # Integrity: one CRC-32 per leaf, computed on the host bytes at save time and stored in the
@@ -31,7 +33,9 @@ _SCALARS = (bool, int, float)
 # speed, and catches every burst error of up to 32 bits; it guards against accidents, not
 # against someone forging a checkpoint.
 def crc32(value) -> int:
-    if jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key):
+    if isinstance(value, HostKeys):
+        value = value.data
+    elif jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key):
         value = jax.random.key_data(value)
     data = np.ascontiguousarray(np.asarray(value))
     return zlib.crc32(data.reshape(-1).view(np.uint8))
@@ -60,8 +64,26 @@ def _show(path) -> str:
     return "/".join(path) or "<root>"
 
 
+class HostKeys:
+    """PRNG keys as a process of a multi-process run hands them to Orbax (which takes only host
+    arrays there): the raw bits of ``jax.random.key_data`` with the keys' shape and type."""
+
+    def __init__(self, keys: jax.Array):
+        self.data, self.shape, self.dtype = np.asarray(jax.random.key_data(keys)), keys.shape, keys.dtype
+
+
+def host_local(leaf):
+    """``leaf`` as Orbax stores it from one process of several: a NumPy array (keys as
+    :class:`HostKeys`); other leaves as they are."""
+    if not isinstance(leaf, jax.Array):
+        return leaf
+    return HostKeys(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else np.asarray(leaf)
+
+
 def _kind(leaf) -> str | None:
     """How Orbax stores ``leaf`` (and so how to ask for it back); None if it cannot."""
+    if isinstance(leaf, HostKeys):
+        return "key_data"
     if isinstance(leaf, jax.Array):
         return "jax"
     if isinstance(leaf, (np.ndarray, np.generic)):
@@ -84,8 +106,9 @@ def describe(state) -> list[dict]:
         if path in seen:
             raise ValueError(f"CheckpointManager.save: two leaves of 'state' share the path {_show(path)}")
         seen.add(path)
-        entries.append({"path": list(path), "kind": kind, "shape": list(np.shape(leaf)),
-                        "dtype": str(leaf.dtype if kind == "jax" else np.asarray(leaf).dtype)})
+        entries.append({"path": list(path), "kind": kind, "shape": list(leaf.shape if kind == "key_data" else
+                                                                        np.shape(leaf)),
+                        "dtype": str(leaf.dtype if kind in ("jax", "key_data") else np.asarray(leaf).dtype)})
     # Arrays spread over several hosts have no single host copy to sum (None: not checked);
     # Orbax's own reads still fail loudly on missing or truncated files for those.
     sources = [None if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable else leaf
@@ -124,8 +147,8 @@ def _entry_problem(entry: dict) -> str | None:
     path, shape, dtype, crc = entry["path"], entry["shape"], entry["dtype"], entry["crc32"]
     if not isinstance(path, list) or not all(isinstance(k, str) for k in path):
         return f"path {path!r} is not a list of strings"
-    if entry["kind"] not in ("jax", "numpy", "scalar"):
-        return f"kind {entry['kind']!r} is not jax, numpy or scalar"
+    if entry["kind"] not in KINDS:
+        return f"kind {entry['kind']!r} is not one of {', '.join(KINDS)}"
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
         return f"shape {shape!r} is not a list of sizes"
     if not isinstance(dtype, str):
@@ -151,13 +174,16 @@ def target(entry, like_leaf):
     dtype, shape = _stored_dtype(entry), tuple(entry["shape"])
     if entry["kind"] == "scalar":
         return np.zeros((), dtype).item()
+    if entry["kind"] == "key_data":
+        return np.empty(jax.eval_shape(jax.random.key_data, like_leaf).shape, np.uint32)
     if dtype is None:
         # A typed PRNG key: only the like tree knows which implementation to rebuild.
         return jax.ShapeDtypeStruct(shape, like_leaf.dtype, sharding=getattr(like_leaf, "sharding", None))
-    # 64-bit values cannot live in jax arrays unless jax_enable_x64 is on; read them on the host.
-    if entry["kind"] == "numpy" or jax.dtypes.canonicalize_dtype(dtype) != dtype:
+    # 64-bit values cannot live in jax arrays unless jax_enable_x64 is on; read them on the host,
+    # as those asked for on the host
+    if entry["kind"] == "numpy" or jax.dtypes.canonicalize_dtype(dtype) != dtype or isinstance(like_leaf, np.ndarray):
         return np.empty(shape, dtype)
-    sharding = getattr(like_leaf, "sharding", None) or jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = getattr(like_leaf, "sharding", None) or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
@@ -168,6 +194,9 @@ def as_like(value, like_leaf):
         return host[()] if isinstance(like_leaf, np.generic) else host
     if isinstance(like_leaf, _SCALARS):
         return type(like_leaf)(np.asarray(value).item())
+    if jax.dtypes.issubdtype(like_leaf.dtype, jax.dtypes.prng_key) and not jax.dtypes.issubdtype(
+            getattr(value, "dtype", None), jax.dtypes.prng_key):  # raw bits, stored by one of several processes
+        value = wrap_key_data(jax.numpy.asarray(value), like_leaf)
     if isinstance(value, jax.Array):
         if not jax.dtypes.issubdtype(like_leaf.dtype, jax.dtypes.prng_key):
             value = value.astype(like_leaf.dtype)
@@ -219,7 +248,8 @@ def verify(entries, tree) -> dict[tuple[str, ...], Any]:
     for entry in entries:
         path = tuple(entry["path"])
         value = got[path]
-        if np.shape(value) != tuple(entry["shape"]):
+        shape = np.shape(value)[:len(entry["shape"])] if entry["kind"] == "key_data" else np.shape(value)
+        if shape != tuple(entry["shape"]):
             raise Corrupt(f"leaf {_show(path)} has shape {np.shape(value)}, "
                            f"expected {tuple(entry['shape'])}")
         if entry["crc32"] is not None and crc32(value) != entry["crc32"]:

@@ -28,6 +28,7 @@ import optax
 from paddlejax.ir.core import Program
 from paddlejax.train.loss_scale import LossScale
 from paddlejax.train.metrics import batch_sums
+from paddlejax.train.placement import place_like
 from paddlejax.train.state import TrainState
 
 
@@ -147,6 +148,17 @@ class StepBuilder:
     def params(self, stored) -> dict:
         """The trainable parameters by name, from the state's ``params`` (or ``ema``)."""
         return stored
+
+    def portable(self, state: TrainState) -> TrainState:
+        """``state`` in a layout that does not depend on how many devices run the step (what
+        checkpoints store, so a run resumes on another number of devices and processes): here
+        the state itself; ZeRO's flat vectors become the parameters' trees."""
+        return state
+
+    def from_portable(self, portable: TrainState, like: TrainState) -> TrainState:
+        """:meth:`portable`'s form (whole arrays, on the host or one device) in this step's
+        layout, every array placed as ``like``'s (the state the step runs now)."""
+        return jax.tree.map(lambda old, new: place_like(new, old), like, portable)
 
     def place(self, inputs: tuple, labels) -> tuple:
         """A training batch ``(inputs, labels)`` checked and placed for the step."""

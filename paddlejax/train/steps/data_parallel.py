@@ -26,12 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from paddlejax.adapter import varying_axes
 from paddlejax.distributed.data_parallel import DataParallel
 from paddlejax.distributed.strategy import Strategy
 from paddlejax.ir.core import Program
+from paddlejax.train.placement import place_like
 from paddlejax.train.state import TrainState
 from paddlejax.train.steps.base import Objective, StepBuilder, Update
 
@@ -67,6 +68,29 @@ class DataParallelStep(StepBuilder):
 
     def params(self, stored) -> dict:
         return self.dp.full_params(stored)
+
+    def _flat(self, leaf) -> bool:
+        """Whether ``leaf`` is a ZeRO flat vector (the layout the device count decides)."""
+        return bool(self.dp.stage) and isinstance(leaf, jax.Array) and leaf.shape == (self.dp.layout.length,)
+
+    def portable(self, state: TrainState) -> TrainState:
+        """ZeRO's flat vectors (optimizer state, ZeRO-3's parameters and EMA, ZeRO-2/3's merged
+        gradients) as the parameters' trees; the per-device state of Local SGD, DGC and gradient
+        merge keeps its device axis, so such a run resumes on as many devices as it was saved on."""
+        if not self.dp.stage:
+            return state
+        whole = NamedSharding(self.dp.mesh, P())
+        unflatten = jax.jit(self.dp.layout.tree, out_shardings=whole)
+        return jax.tree.map(lambda leaf: unflatten(leaf) if self._flat(leaf) else leaf, state)
+
+    def from_portable(self, portable: TrainState, like: TrainState) -> TrainState:
+        def back(old, new):
+            if self._flat(old):
+                return jax.jit(self.dp.layout.shard, out_shardings=old.sharding)(new)
+            return place_like(new, old)
+
+        # ``like``'s leaves are prefixes of ``portable``'s: a flat vector there is a tree here
+        return jax.tree.map(back, like, portable)
 
     def place(self, inputs: tuple, labels) -> tuple:
         return self.dp.shard_batch((inputs, labels))
