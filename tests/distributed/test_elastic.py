@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import runpy
 import subprocess
 import sys
 
@@ -137,6 +136,3 @@ def test_an_elastic_launch_restarts_a_killed_run_which_resumes_from_its_checkpoi
     for name, value in parameters(uninterrupted).items():
         np.testing.assert_allclose(parameters(out)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
-
-def test_the_script_runs_in_this_process_too():
-    assert callable(runpy.run_path(str(SCRIPT), run_name="elastic")["main"])
