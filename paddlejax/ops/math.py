@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs, nonnegative_act
 from paddlejax.ops.registry import Attr, Input, define, elementwise_flops
-from paddlejax.ops.traits import Traits, always
+from paddlejax.ops.traits import Traits
 from paddlejax.ops.common import attr_error, input_error
 
 

@@ -14,7 +14,6 @@ and TensorBoard (:class:`~paddlejax.train.history.HistoryLogger`), the progress 
 from __future__ import annotations
 
 import math
-import os
 
 
 class Callback:
