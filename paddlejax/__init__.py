@@ -25,7 +25,7 @@ _LAZY = {"convert", "passes", "models", "slim", "hub", "nn", "data", "train", "i
 # Runtime functions, imported on first use so that ``import paddlejax`` stays light.
 _LAZY_ATTRS = {"to_static": "paddlejax.static", "check_nan_inf": "paddlejax.nancheck",
                "NonFiniteError": "paddlejax.nancheck", "Trainer": "paddlejax.train", "Model": "paddlejax.hapi",
-               "summary": "paddlejax.hapi", "parse": "paddlejax.ir.parser", "ParseError": "paddlejax.ir.parser",
+               "summary": "paddlejax.hapi", "StreamingPredictor": "paddlejax.streaming", "parse": "paddlejax.ir.parser", "ParseError": "paddlejax.ir.parser",
                **{n: "paddlejax.autodiff" for n in ("grad", "value_and_grad", "gradients", "jacobian",
                                                     "hessian", "jvp", "vjp")}}
 

@@ -126,12 +126,14 @@ class PipelineSplit:
         return self.summary()
 
 
-def split_stages(program: Program, num_stages: int | None = None, *, sizes: dict | None = None) -> PipelineSplit:
+def split_stages(program: Program, num_stages: int | None = None, *, sizes: dict | None = None,
+                 balance: str = "flops") -> PipelineSplit:
     """Split ``program``'s main block into ``num_stages`` consecutive stages.
 
     If the program holds ``pipeline_stage`` marks, it is cut at them (``num_stages``, if given,
     must be the number of marks plus one); otherwise the ops are cut so that the largest
-    stage's FLOPs (symbolic sizes from ``sizes``, others 1) are as small as possible.
+    stage's FLOPs (symbolic sizes from ``sizes``, others 1) are as small as possible, or with
+    ``balance="params"`` its parameter bytes (each parameter counted at its first reader).
     ``param`` and ``constant`` ops are not counted as ops to split.
 
     >>> import jax.numpy as jnp, paddlejax as pj
@@ -149,6 +151,8 @@ def split_stages(program: Program, num_stages: int | None = None, *, sizes: dict
         num_stages = len(marks) + 1
     elif num_stages is None:
         raise ValueError("split_stages: give num_stages, or mark stage boundaries with pj.ops.pipeline_stage")
+    if balance not in ("flops", "params"):
+        raise ValueError(f"split_stages: balance expects 'flops' or 'params', got {balance!r}")
     if not isinstance(num_stages, int) or num_stages < 1:
         raise ValueError(f"split_stages: num_stages expects a positive int, got {num_stages!r}")
     if num_stages > len(work):
@@ -167,11 +171,49 @@ def split_stages(program: Program, num_stages: int | None = None, *, sizes: dict
         if empty:
             raise ValueError(f"split_stages: stage(s) {empty} hold no ops (pipeline_stage marks with no op "
                              "between them, or at the very start or end)")
+    elif balance == "params":
+        groups = balanced_partition(param_bytes(program, work), num_stages, work)
     else:
         groups = balanced_partition([op_flops(op, env) for op in work], num_stages, work)
     alias = {op.result: op.operands[0] for op in marks}
     stages = _build_stages(program, groups, alias, env)
     return PipelineSplit(program, stages, dict(sizes or {}))
+
+
+def split_groups(program: Program, groups: list[list[Op]]) -> PipelineSplit:
+    """``program`` split into stages of the given consecutive groups of its top-level ops
+    (``param`` and ``constant`` ops left out: each stage copies those it reads).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: jnp.cos(jnp.sin(x)) * 2.0, jnp.ones(3))
+    >>> work = [op for op in prog.body.ops[:-1] if op.type != "constant"]
+    >>> split_groups(prog, [work[:1], work[1:]]).num_stages
+    2
+    """
+    work = [op for op in program.body.ops[:-1] if op.type not in _FREE]
+    if [op for g in groups for op in g] != work or not all(groups):
+        raise ValueError("split_groups: groups must be non-empty and hold the program's top-level ops in order")
+    return PipelineSplit(program, _build_stages(program, groups, {}, size_env(program, None)), {})
+
+
+def param_bytes(program: Program, ops: list[Op]) -> list[int]:
+    """The bytes of the parameters each of ``ops`` reads first (a parameter read by several ops
+    counts at the first).
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda p, x: pj.ops.linear(x, p["w"]) @ p["w"], jnp.ones((1, 4)),
+    ...                 params={"w": jnp.ones((4, 4))})
+    >>> param_bytes(prog, [op for op in prog.body.ops if op.type not in ("param", "return")])
+    [64, 0]
+    """
+    owner = {op.result: op.attrs["name"] for op in program.param_ops()}
+    seen: set[str] = set()
+    costs = []
+    for op in ops:
+        names = [owner[v] for v in op.operands if v in owner and owner[v] not in seen]
+        seen.update(names)
+        costs.append(sum(int(program.params[n].nbytes) for n in dict.fromkeys(names)))
+    return costs
 
 
 def balanced_partition(costs, n: int, items=None) -> list[list]:

@@ -11,7 +11,7 @@ KERNEL = ["paddlejax/ops", "paddlejax/ir", "paddlejax/capture.py", "paddlejax/lo
           "paddlejax/files.py", "paddlejax/arrays.py", "paddlejax/convert", "paddlejax/host_memory.py",
           "paddlejax/dispatch.py"]
 RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/static.py", "paddlejax/distributed",
-           "paddlejax/inference.py", "paddlejax/hapi.py", "paddlejax/optimizer"]
+           "paddlejax/inference.py", "paddlejax/hapi.py", "paddlejax/optimizer", "paddlejax/streaming.py"]
 # The package face (lazy sub-packages, optional extras) and the command line, on top of all.
 TOP = ["paddlejax/__init__.py", "paddlejax/_extras.py", "paddlejax/cli"]
 

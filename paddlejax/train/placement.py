@@ -49,3 +49,13 @@ def place_like(value, old):
         return jax.random.wrap_key_data(data, impl=jax.random.key_impl(old))
     whole = np.asarray(value)
     return jax.make_array_from_callback(old.shape, old.sharding, lambda index: whole[index])
+
+
+def require_pinned_host(owner: str, device=None) -> None:
+    """Raise ``ValueError`` in the name of ``owner`` unless ``device`` (default: the first) has
+    ``pinned_host`` memory, the host memory offloading places arrays in."""
+    device = device or jax.devices()[0]
+    kinds = {m.kind for m in device.addressable_memories()}
+    if "pinned_host" not in kinds:
+        raise ValueError(f"{owner}: the {device.platform} backend has no pinned_host memory to offload to "
+                         f"(its memories: {', '.join(sorted(kinds))})")

@@ -28,7 +28,7 @@ import optax
 from paddlejax.ir.core import Program
 from paddlejax.train.loss_scale import LossScale
 from paddlejax.train.metrics import batch_sums
-from paddlejax.train.placement import place_like
+from paddlejax.train.placement import place_like, require_pinned_host
 from paddlejax.train.state import TrainState
 
 
@@ -139,10 +139,7 @@ class StepBuilder:
         (``ValueError`` where the backend has none), else as it is."""
         if not self.offload_optimizer:
             return opt
-        kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
-        if "pinned_host" not in kinds:
-            raise ValueError(f"Strategy.offload_optimizer: the {jax.devices()[0].platform} backend has no pinned_host "
-                             f"memory to offload to (its memories: {', '.join(sorted(kinds))})")
+        require_pinned_host("Strategy.offload_optimizer")
         return jax.device_put(opt, jax.memory.Space.Host)
 
     def params(self, stored) -> dict:
