@@ -114,6 +114,8 @@ def test_distributed_scale_quick():
     # an eighth of the tables on each device, trained to the same held-out AUC
     assert ctr["split over 8 devices"][0] < ctr["one device"][0] / 7, out
     assert ctr["split over 8 devices"][1] == ctr["one device"][1], out
+    streamed = re.search(r"^streamed, budget 1/2\s+(\d+)\s+\d+\.\d\d\s+(\d\.\d\d)x", out, re.M)
+    assert streamed and int(streamed[1]) > 2 and float(streamed[2]) <= 0.5, out
 
 
 def test_distributed_quick():
