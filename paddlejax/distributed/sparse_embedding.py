@@ -15,7 +15,8 @@ rows first (the ``hash_bucket`` op, seeded per table), as CTR models do with ids
 fixed vocabulary.
 
 Off the mesh (one device, evaluation, export) it is a plain embedding, with the same parameter
-by the same name.
+by the same name. Rows that outgrow every device's memory go to the host tier,
+:class:`~paddlejax.distributed.host_table.HostEmbeddingTable`.
 
 >>> import jax.numpy as jnp
 >>> emb = SparseEmbedding(1000, 8, hash_ids=True)

@@ -19,7 +19,7 @@ update, or every row's gradient is non-zero.
 from __future__ import annotations
 
 import fnmatch
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -88,12 +88,36 @@ def lazy_adam(learning_rate, beta1: float = 0.9, beta2: float = 0.999, epsilon: 
     return lazy_rows(optax.adam(learning_rate, b1=beta1, b2=beta2, eps=epsilon), tables)
 
 
+class AdagradState(NamedTuple):
+    moment: optax.Updates
+
+
+def scale_by_adagrad(epsilon: float = 1e-6, initial_accumulator_value: float = 0.0) -> optax.GradientTransformation:
+    """Paddle's Adagrad step direction: ``moment += g * g``, ``g / (sqrt(moment) + epsilon)``
+    (optax's ``adagrad`` divides by ``sqrt(moment + epsilon)``, which differs for small gradients).
+
+    >>> import jax.numpy as jnp
+    >>> tx = scale_by_adagrad()
+    >>> float(tx.update({"w": jnp.array(0.001)}, tx.init({"w": jnp.array(0.0)}))[0]["w"])
+    0.999...
+    """
+    def init(params):
+        return AdagradState(jax.tree.map(lambda p: jnp.full_like(p, initial_accumulator_value), params))
+
+    def update(updates, state, params=None):
+        moment = jax.tree.map(lambda m, g: m + g * g, state.moment, updates)
+        return jax.tree.map(lambda g, m: g / (jnp.sqrt(m) + epsilon), updates, moment), AdagradState(moment)
+
+    return optax.GradientTransformation(init, update)
+
+
 def lazy_adagrad(learning_rate, epsilon: float = 1e-6, initial_accumulator_value: float = 0.0,
                  tables: str | Sequence[str] | Callable | None = None) -> optax.GradientTransformation:
     """Adagrad updating only the rows each batch looked up (the parameter server's sparse
-    Adagrad, Paddle's defaults); ``tables`` as :func:`lazy_rows`.
+    Adagrad, Paddle's formula and defaults: :func:`scale_by_adagrad`); ``tables`` as
+    :func:`lazy_rows`.
 
     >>> tx = lazy_adagrad(0.05)
     """
-    return lazy_rows(optax.adagrad(learning_rate, initial_accumulator_value=initial_accumulator_value, eps=epsilon),
-                     tables)
+    return lazy_rows(optax.chain(scale_by_adagrad(epsilon, initial_accumulator_value),
+                                 optax.scale_by_learning_rate(learning_rate)), tables)

@@ -8,6 +8,7 @@ import optax
 import pytest
 
 from paddlejax.optimizer import lazy_adagrad, lazy_adam, lazy_rows
+from paddlejax.optimizer.lazy import scale_by_adagrad
 
 
 def run(tx, grads, params):
@@ -30,13 +31,13 @@ def row_grads(rows_per_step, shape=(6, 3), seed=0):
 
 @pytest.mark.parametrize("lazy, dense, has_momentum", [
     (lazy_adam(0.1), optax.adam(0.1), True),
-    (lazy_adagrad(0.1), optax.adagrad(0.1, initial_accumulator_value=0.0, eps=1e-6), False)])
+    (lazy_adagrad(0.1), optax.chain(scale_by_adagrad(), optax.scale_by_learning_rate(0.1)), False)])
 def test_untouched_rows_keep_value_and_state_touched_rows_move_as_dense(lazy, dense, has_momentum):
     params = {"emb": jnp.ones((6, 3)), "bias": jnp.zeros(3)}
     grads = row_grads([[0, 1], [1, 2], [0, 1, 2]])
     got, state = run(lazy, grads, params)
     np.testing.assert_array_equal(np.asarray(got["emb"][3:]), 1.0)  # never looked up
-    for leaf in (state[0].mu["emb"], state[0].nu["emb"]) if hasattr(state[0], "mu") else (state[0].sum_of_squares["emb"],):
+    for leaf in (state[0].mu["emb"], state[0].nu["emb"]) if hasattr(state[0], "mu") else (state[0].moment["emb"],):
         np.testing.assert_array_equal(np.asarray(leaf[3:]), 0.0)
     # row 1 was looked up at every step: exactly the dense optimizer's result; so is the bias
     want, _ = run(dense, grads, params)
@@ -68,3 +69,11 @@ def test_tables_picks_which_parameters_are_row_wise():
 def test_a_bad_tables_argument_is_refused():
     with pytest.raises(ValueError, match="tables expects None, a name pattern"):
         lazy_adam(0.1, tables=[3])
+
+
+def test_adagrad_takes_paddles_formula():
+    g = jnp.array([1e-3, 0.5])
+    tx = lazy_adagrad(1.0)
+    updates, _ = tx.update({"w": g}, tx.init({"w": jnp.zeros(2)}))
+    # -g / (sqrt(g * g) + 1e-6): close to -1 for both, where optax's g / sqrt(g * g + 1e-6) gives -0.71 for 1e-3
+    np.testing.assert_allclose(np.asarray(updates["w"]), -np.asarray(g) / (np.abs(np.asarray(g)) + 1e-6), rtol=1e-6)
