@@ -37,8 +37,10 @@ def init(strategy: Strategy | None = None, is_collective: bool = True) -> None:
     the process was started by ``paddlejax launch`` (so call this before any JAX work), then
     build the mesh over every device of every process."""
     if not is_collective:
-        raise ValueError("fleet.init: is_collective=False (parameter-server training) is not supported; "
-                         "collective (all-reduce) training is")
+        raise ValueError("fleet.init: is_collective=False (server processes holding the tables) is not supported; "
+                         "parameter-server models train collectively here: split their tables over the devices "
+                         "(distributed.SparseEmbedding with Strategy(shard_embeddings=True)) and keep the rest in "
+                         "host memory (distributed.HostEmbeddingTable)")
     if strategy is not None and not isinstance(strategy, Strategy):
         raise ValueError(f"fleet.init: strategy expects a Strategy, got {type(strategy).__name__}")
     init_from_env()
