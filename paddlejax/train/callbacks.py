@@ -97,6 +97,7 @@ class BestModel(_Monitor):
     that ``pj.load`` runs without the model's code, and beside them ``<path>.best.json`` with the
     monitored value and the step (:attr:`meta_path`).
 
+    >>> import os
     >>> BestModel("out/best").meta_path.replace(os.sep, "/")
     'out/best.best.json'
     """

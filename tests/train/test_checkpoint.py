@@ -261,7 +261,7 @@ def test_a_version_1_manifest_reads_without_its_checksum_and_a_newer_version_is_
     ("dtype", None, "dtype None is not a string"),
     ("dtype", "float33", "dtype 'float33' is not a dtype"),
     ("dtype", "object", "dtype 'object' is not an array dtype"),
-    ("kind", "pickle", "kind 'pickle' is not jax, numpy or scalar"),
+    ("kind", "pickle", "kind 'pickle' is not one of jax, numpy, scalar, key_data"),
     ("crc32", "0", "crc32 '0' is not a CRC-32"),
 ])
 @pytest.mark.parametrize("like", [False, True])
@@ -439,3 +439,22 @@ def test_a_process_that_never_closes_its_manager_exits_without_an_unclosed_file_
     done = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ResourceWarning" not in done.stderr
+
+
+def test_keys_written_by_one_of_several_processes_travel_as_their_raw_bits():
+    """In a multi-process run the manager hands Orbax host arrays only: PRNG keys go as their
+    key_data, and come back as keys of the type the restoring run asks for."""
+    from paddlejax.train.checkpoint.manifest import HostKeys, as_like, describe, host_local, target, verify
+
+    keys = jax.random.split(jax.random.key(3), 4)
+    state = jax.tree.map(host_local, {"k": keys, "w": jnp.arange(3.0)})
+    assert isinstance(state["k"], HostKeys) and isinstance(state["w"], np.ndarray)
+    entries = describe(state)
+    assert [(e["path"], e["kind"], e["shape"], e["dtype"]) for e in entries] == [
+        (["k"], "key_data", [4], "key<fry>"), (["w"], "numpy", [3], "float32")]
+    stored = {"k": state["k"].data, "w": state["w"]}  # what Orbax writes and reads back
+    verify(entries, stored)  # the checksum of the raw bits
+    like = jax.ShapeDtypeStruct((4,), keys.dtype)
+    assert target(entries[0], like).shape == (4, 2)
+    back = as_like(stored["k"], like)
+    np.testing.assert_array_equal(jax.random.key_data(back), jax.random.key_data(keys))
