@@ -1,5 +1,6 @@
 """Elastic training: checkpoints hold the state in a layout no device count decides, so a run saved
-under one strategy or on N processes resumes under another or on M, with the same parameters;
+under one strategy (ZeRO stage, pipeline stages) or on N processes resumes under another or on M,
+with the same parameters;
 ``paddlejax launch --elastic`` restarts a failed run, which resumes from its checkpoint."""
 from __future__ import annotations
 
@@ -136,3 +137,31 @@ def test_an_elastic_launch_restarts_a_killed_run_which_resumes_from_its_checkpoi
     for name, value in parameters(uninterrupted).items():
         np.testing.assert_allclose(parameters(out)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
+
+
+def pipelined(stages, **kw):
+    return Strategy(pp_degree=stages, pipeline={"stages": stages, "micro_batches": 2}, **kw)
+
+
+def deep_trainer(strategy):
+    nn.seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                          nn.Linear(8, 2))
+    return pj.Trainer(model, optax.adam(0.05), loss="mse", progress=False, strategy=strategy)
+
+
+@pytest.mark.parametrize("saved, resumed", [(pipelined(4), Strategy()), (pipelined(2, sharding={"stage": 1}),
+                                                                          pipelined(4)),
+                                             (Strategy(sharding={"stage": 2}), pipelined(2))])
+def test_a_pipelines_checkpoint_resumes_with_other_stages_or_none(saved, resumed, tmp_path):
+    first = deep_trainer(saved)
+    for seed in range(2):
+        first.train_batch([batch(seed)[0]], batch(seed)[1])
+    first.save(str(tmp_path / "ckpt"))
+    second = deep_trainer(resumed)
+    second.load(str(tmp_path / "ckpt"))
+    for name, value in whole(first).items():
+        np.testing.assert_array_equal(whole(second)[name], value, err_msg=name)
+        np.testing.assert_array_equal(adam_moments(second)[name], adam_moments(first)[name], err_msg=name)
+    x, y = batch(7)
+    assert second.train_batch([x], y) == pytest.approx(first.train_batch([x], y), rel=1e-5)

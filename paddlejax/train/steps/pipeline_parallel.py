@@ -30,6 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from paddlejax.ir.core import Program
 from paddlejax.train.loss_scale import all_finite
+from paddlejax.train.placement import place_like
 from paddlejax.train.state import TrainState
 from paddlejax.train.steps.base import Objective, StepBuilder, Update
 
@@ -108,6 +109,44 @@ class PipelineParallelStep(StepBuilder):
         """The trainable parameters by name, from their packed form."""
         values = self.layout.unpack(packed)
         return {n: values[n] for n in self.names}
+
+    def _is_packed(self, tree) -> bool:
+        """Whether ``tree`` is laid out as the packed parameters are (a dict of per-dtype rows)."""
+        return isinstance(tree, dict) and tree.keys() == self.layout.capacity.keys() and all(
+            getattr(tree[k], "shape", None) == (len(self.layout.names), n) for k, n in self.layout.capacity.items())
+
+    def _is_flat(self, leaf) -> bool:
+        return self.zero is not None and getattr(leaf, "shape", None) == (self.zero.length,)
+
+    def portable(self, state: TrainState) -> TrainState:
+        """The packed parameters, their EMA and optimizer state (under ZeRO-1 its flat vector) by
+        parameter name: the layout of one device's step, so a pipeline's checkpoint resumes with
+        other stages or none."""
+        def named(tree):
+            if self._is_flat(tree):
+                tree = self.zero.tree(tree)
+            return self.params(tree) if self._is_packed(tree) else tree
+
+        opt = jax.tree.map(named, state.opt, is_leaf=lambda x: self._is_packed(x) or self._is_flat(x))
+        return state.replace(params=named(state.params), opt=opt, ema=named(state.ema) if state.ema else state.ema)
+
+    def from_portable(self, portable: TrainState, like: TrainState) -> TrainState:
+        def packed(old, named):
+            if not (self._is_packed(old) or self._is_flat(old)):
+                return place_like(named, old)
+            # every copy of a parameter set to it; the other slots (refilled each step) as they are
+            pack = lambda current, values: self.layout.place(current, values)  # noqa: E731
+            if self._is_flat(old):
+                pack = lambda current, values: self.zero.shard(self.layout.place(self.zero.tree(current), values))  # noqa: E731
+            return jax.jit(pack, out_shardings=old.sharding if self._is_flat(old) else
+                           jax.tree.map(lambda x: x.sharding, old))(old, named)
+
+        is_packed = lambda x: self._is_packed(x) or self._is_flat(x)  # noqa: E731
+        rest = super().from_portable(portable.replace(params={}, opt=(), ema={}), like.replace(params={}, opt=(),
+                                                                                                ema={}))
+        return rest.replace(params=packed(like.params, portable.params),
+                            opt=jax.tree.map(packed, like.opt, portable.opt, is_leaf=is_packed),
+                            ema=packed(like.ema, portable.ema) if like.ema else like.ema)
 
     @property
     def _rows(self):
