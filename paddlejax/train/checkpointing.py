@@ -6,8 +6,9 @@ numbered in the order of :meth:`TrainState.as_dict <paddlejax.train.state.TrainS
 (``{"00000": ..., "00001": ...}``), the layout since the first release, so older checkpoints
 restore. The state is stored whole, in its step's portable layout
 (:meth:`~paddlejax.train.steps.base.StepBuilder.portable`: ZeRO's flat vectors as the parameters'
-trees), so a run saved on N devices or processes resumes on M (elastic restart): each array is
-laid out again as the resuming step runs it. The meta holds the epoch, the data loader's position, the input specs (so ``load``
+trees, a pipeline's packed stages by name), so a run saved on N devices or processes resumes on M
+(elastic restart), or under another ZeRO stage or pipeline: each array is laid out again as the
+resuming step runs it. The meta holds the epoch, the data loader's position, the input specs (so ``load``
 needs no data) and every entry's name and shape (so a mismatch is told by name).
 
 >>> import jax.numpy as jnp

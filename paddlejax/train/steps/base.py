@@ -149,7 +149,8 @@ class StepBuilder:
     def portable(self, state: TrainState) -> TrainState:
         """``state`` in a layout that does not depend on how many devices run the step (what
         checkpoints store, so a run resumes on another number of devices and processes): here
-        the state itself; ZeRO's flat vectors become the parameters' trees."""
+        the state itself; ZeRO's flat vectors become the parameters' trees, a pipeline's packed
+        stages the parameters by name."""
         return state
 
     def from_portable(self, portable: TrainState, like: TrainState) -> TrainState:
