@@ -2,14 +2,13 @@
 
     paddlejax launch --nproc 2 --devices-per-proc 4 train.py --epochs 3
     paddlejax launch --nproc 4 --nnodes 2 --node-rank 0 --master 10.0.0.1:6170 train.py
+    paddlejax launch --elastic --max-restarts 5 --nproc 2 train.py
 
 The script calls paddlejax.distributed.env.init_from_env() before any JAX work; jax.devices() then
 lists the devices of every process. If a rank fails, the others are stopped and its log tail is
 shown; Ctrl-C stops all ranks. The exit status is the failing rank's (0 when all succeed).
 With --elastic a failed run is restarted, every rank together, up to --max-restarts times; a
 Trainer with a checkpoint_dir resumes from its last checkpoint (on any number of processes).
-
-    paddlejax launch --elastic --max-restarts 5 --nproc 2 train.py
 """
 from __future__ import annotations
 
