@@ -1,5 +1,6 @@
 """Test setup: several CPU devices (for shard_map tests) before JAX starts its backend, and an
-autotune cache of the test run's own (so no user cache is read or written)."""
+autotune cache and an XLA compilation cache of the test run's own (so no user cache is read or
+written)."""
 import os
 import tempfile
 
@@ -11,6 +12,11 @@ _cache = (os.path.join(tempfile.gettempdir(), f"paddlejax-tests-{_run}") if _run
           else tempfile.mkdtemp(prefix="paddlejax-tests-"))
 os.makedirs(_cache, exist_ok=True)
 os.environ["PADDLEJAX_AUTOTUNE_CACHE"] = os.path.join(_cache, "autotune.json")
+# and one XLA compilation cache, read by the workers and the processes tests start (scripts,
+# notebooks): many tests compile the same small programs (about a fifth of the suite's time)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_cache, "xla"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 
