@@ -80,6 +80,9 @@ def _sparse_embedding(ids, weight, *, padding_idx):
     if weight.shape[0] % devices:
         raise ValueError(f"sparse_embedding: a table of {weight.shape[0]} rows does not split evenly over the "
                          f"{devices} devices of mesh axes {axes}")
+    if ids.shape[0] % devices:
+        raise ValueError(f"sparse_embedding: a batch of {ids.shape[0]} rows of ids does not split evenly over the "
+                         f"{devices} devices of mesh axes {axes}")
     out = jax.shard_map(lambda i, w: _lookup(i, w, axes), in_specs=(P(axes), P(axes)), out_specs=P(axes),
                         axis_names=set(axes))(laid_out(ids, P(axes)), laid_out(weight, P(axes)))
     return mask_padding("sparse_embedding", ids, out, weight.shape[0], padding_idx)

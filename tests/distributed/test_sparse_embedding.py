@@ -3,6 +3,8 @@ rows over 8 CPU devices equals one device's training, each device holds its shar
 and of the optimizer state, and plain data parallelism refuses such a table by name."""
 from __future__ import annotations
 
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,3 +94,21 @@ def test_hashed_ids_reach_rows_for_values_never_seen():
     assert np.isfinite(np.asarray(out)).all()
     with pytest.raises(ValueError, match="SparseEmbedding: argument 'hash_ids' expects a bool"):
         SparseEmbedding(8, 2, hash_ids=1)
+
+
+def test_tables_split_over_two_processes_train_as_in_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).parent / "ctr_script.py"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    for args in (["-m", "paddlejax.cli.main", "launch", "--nproc", "2", "--devices-per-proc", "4", "--log-dir",
+                  str(tmp_path / "log"), str(script), str(tmp_path / "two.npz")], [str(script), str(tmp_path / "one.npz")]):
+        result = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    two, one = np.load(tmp_path / "two.npz"), np.load(tmp_path / "one.npz")
+    assert int(two["rows_per_device"]) == int(one["rows_per_device"]) == 4096 // 8
+    for name in ("embedding.weight", "first.weight"):
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert float(two["auc"]) == pytest.approx(float(one["auc"]), abs=1e-6)

@@ -71,6 +71,12 @@ def test_a_table_the_devices_do_not_divide_is_refused_by_name():
         jax.jit(lambda i, t: pj.ops.sparse_embedding(i, t))(jnp.zeros((8, 2), jnp.int32), jnp.zeros((60, 4)))
 
 
+def test_a_batch_the_devices_do_not_divide_is_refused_by_name():
+    mesh = Mesh(np.array(jax.devices()), ("dp",))
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="batch of 6 rows of ids does not split evenly over the 8"):
+        jax.jit(lambda i, t: pj.ops.sparse_embedding(i, t))(jnp.zeros((6, 2), jnp.int32), jnp.zeros((64, 4)))
+
+
 def test_the_op_is_one_equation_in_a_program():
     program = pj.trace(lambda i, t: pj.ops.sparse_embedding(i, t, padding_idx=0), jnp.zeros((2, 3), jnp.int32),
                        jnp.zeros((V, D)))
