@@ -1,9 +1,13 @@
 """Sharded embedding tables (the parameter-server use): a CTR model trained with its tables split by
-rows over 8 CPU devices equals one device's training, each device holds its share of the table
-and of the optimizer state, and plain data parallelism refuses such a table by name."""
+rows over 8 CPU devices (in one process or two) equals one device's training, each device holds
+its share of the table and of the optimizer state, and plain data parallelism refuses such a table
+by name."""
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -97,10 +101,6 @@ def test_hashed_ids_reach_rows_for_values_never_seen():
 
 
 def test_tables_split_over_two_processes_train_as_in_one(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     script = pathlib.Path(__file__).parent / "ctr_script.py"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     for args in (["-m", "paddlejax.cli.main", "launch", "--nproc", "2", "--devices-per-proc", "4", "--log-dir",
