@@ -136,19 +136,31 @@ def _module_function(module):
 def variable_sharding(variable) -> tuple | None:
     """The mesh axes an NNX variable's dimensions are split over (Flax's ``out_sharding``
     metadata, as ``nnx.with_partitioning`` and the tensor-parallel layers set it), or None.
+    Logical axis names are mapped to mesh axes by Flax's rules: those of the surrounding
+    ``nnx.logical_axis_rules`` and the variable's own ``sharding_rules``.
 
     >>> from flax import nnx
     >>> import jax.numpy as jnp
     >>> variable_sharding(nnx.Param(jnp.ones((2, 4)), out_sharding=(None, "mp"), eager_sharding=False))
     (None, 'mp')
+    >>> w = nnx.Param(jnp.ones((2, 4)), out_sharding=("embed", "mlp"), eager_sharding=False)
+    >>> with nnx.logical_axis_rules((("embed", None), ("mlp", "mp"))):
+    ...     variable_sharding(w)
+    (None, 'mp')
     """
     from flax import nnx
+    from flax.core import spmd
 
     if not isinstance(variable, nnx.Variable):
         return None
     metadata = variable.get_metadata()
     spec = next((metadata[k] for k in ("out_sharding", "sharding_names", "sharding") if metadata.get(k)), None)
-    return None if spec is None else tuple(tuple(e) if isinstance(e, list) else e for e in spec)
+    if spec is None:
+        return None
+    rules = spmd.composite_rules(spmd.get_logical_axis_rules(), metadata.get("sharding_rules") or ())
+    if rules:
+        spec = spmd.from_sharding_rules(spec, rules)
+    return tuple(tuple(e) if isinstance(e, list) else e for e in spec)
 
 
 def _pytree_function(fn, params):

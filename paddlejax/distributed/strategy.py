@@ -195,6 +195,10 @@ class Strategy:
             data-parallel devices (lookups exchange ids and rows by all-to-all), the step
             partitioned by XLA as under tensor parallelism; off, such tables are replicated and
             plain data parallelism refuses them.
+        logical_axis_rules: Flax's logical axis rules, ``(("embed", None), ("mlp", "mp"), ...)``:
+            the mesh axes the logical names of a Flax model's ``nnx.with_partitioning`` metadata
+            stand for (as ``nnx.logical_axis_rules`` gives them), read when the Trainer captures
+            the model; mesh axes: ``"dp"``, ``"ep"``, ``"mp"``, or None for whole.
 
     >>> s = Strategy(hierarchical_allreduce=True, hierarchical_allreduce_inter_nranks=2)
     >>> s.replace(dp_degree=8).dp_degree
@@ -215,6 +219,7 @@ class Strategy:
     tensor_parallel_degree: int = 1
     expert_parallel_degree: int = 1
     shard_embeddings: bool = False
+    logical_axis_rules: tuple = ()
     comm_dtype: str | None = None
     offload_optimizer: bool = False
     localsgd: LocalSGD | None = None
@@ -232,6 +237,7 @@ class Strategy:
         if self.hierarchical_allreduce_inter_nranks > 1 and not self.hierarchical_allreduce:
             raise ValueError(f"Strategy.hierarchical_allreduce_inter_nranks: {self.hierarchical_allreduce_inter_nranks} "
                              "has no effect without hierarchical_allreduce=True; set that too, or leave it at 1")
+        self._check_axis_rules()
         _optional_int("Strategy", "dp_degree", self.dp_degree)
         _optional_int("Strategy", "pp_degree", self.pp_degree)
         _int("Strategy", "tensor_parallel_degree", self.tensor_parallel_degree, 1)
@@ -258,6 +264,19 @@ class Strategy:
                         "hierarchical_allreduce" if self.hierarchical_allreduce else "pipeline parallelism")
                 raise ValueError(f"Strategy.{name}: {value} does not combine with {what}: XLA's partitioner places "
                                  "the collectives of a sharded step")
+
+    def _check_axis_rules(self) -> None:
+        rules = self.logical_axis_rules
+        ok = isinstance(rules, (tuple, list)) and all(
+            isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str)
+            and (r[1] is None or isinstance(r[1], str) or (isinstance(r[1], (tuple, list))
+                                                             and all(isinstance(a, str) for a in r[1])))
+            for r in rules)
+        if not ok:
+            raise ValueError(f"Strategy.logical_axis_rules: expected pairs (logical name, mesh axis or None), "
+                             f"got {rules!r}")
+        object.__setattr__(self, "logical_axis_rules", tuple((r[0], tuple(r[1]) if isinstance(r[1], list) else r[1])
+                                                             for r in rules))
 
     def _check_gradient_modes(self) -> None:
         """Local SGD and DGC replace the gradient all-reduce of plain data parallelism, so they

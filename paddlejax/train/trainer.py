@@ -23,6 +23,7 @@ True
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Sequence
 
@@ -197,8 +198,18 @@ class Trainer:
         self._eval_step = jax.jit(self._evaluate_batch)
         self._predict_step = jax.jit(lambda s, inputs: self.eval_program.apply(self._weights(s), *inputs))
 
+    def _axis_rules(self):
+        """Flax's context for the strategy's logical axis rules (none without them)."""
+        rules = self.strategy.logical_axis_rules if self.strategy is not None else ()
+        if not rules:
+            return contextlib.nullcontext()
+        from flax import nnx
+
+        return nnx.logical_axis_rules(rules)
+
     def _static(self, train: bool, model=None, amp: bool = True) -> Program:
-        prog = to_static(self.model if model is None else model, *self.specs, train=train)
+        with self._axis_rules():  # logical axis names resolved while the parameters are read
+            prog = to_static(self.model if model is None else model, *self.specs, train=train)
         passes = self.passes + ([f"amp{{dtype={self.amp}}}"] if self.amp and amp else [])
         # recompute in segments: one jax.checkpoint around the whole forward pass would hold
         # every activation again at once while it is recomputed, saving nothing at the peak

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 
 import paddlejax as pj
 import paddlejax.nn as nn
@@ -234,3 +235,44 @@ def test_parallelize_refuses_patterns_that_match_nothing_and_styles_that_do_not_
         parallelize(mlp, {"1": "row"})
     with pytest.raises(ValueError, match="unknown style"):
         parallelize(mlp, {"0": "diagonal"})
+
+
+class FlaxMLP(nnx.Module):
+    """A plain Flax model annotated with logical axis names (placed when the Trainer places it)."""
+
+    def __init__(self):
+        rngs = nnx.Rngs(0)
+        init = nnx.initializers.lecun_normal()
+        self.up = nnx.Linear(8, 32, kernel_init=nnx.with_partitioning(init, ("embed", "mlp"), eager_sharding=False),
+                            rngs=rngs)
+        self.down = nnx.Linear(32, 4, kernel_init=nnx.with_partitioning(init, ("mlp", "embed"), eager_sharding=False),
+                              rngs=rngs)
+
+    def __call__(self, x):
+        return self.down(jax.nn.relu(self.up(x)))
+
+
+def test_a_flax_models_logical_axis_names_map_to_the_mesh_by_the_strategys_rules():
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(16, 8)).astype(np.float32), rng.normal(size=(16, 4)).astype(np.float32))
+               for _ in range(3)]
+
+    def run(strategy):
+        trainer = pj.Trainer(FlaxMLP(), optax.sgd(0.1), loss="mse", progress=False, strategy=strategy)
+        return trainer, [trainer.train_batch([x], y) for x, y in batches]
+
+    want, want_losses = run(None)
+    rules = (("embed", None), ("mlp", "mp"))
+    got, losses = run(Strategy(tensor_parallel_degree=4, logical_axis_rules=rules))
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    assert 'param @up.kernel {sharding=(None, "mp")}' in str(got.train_program)
+    assert got.state.params["up.kernel"].addressable_shards[0].data.shape == (8, 8)  # a quarter of the columns
+    for name, value in want.state.params.items():
+        np.testing.assert_allclose(np.asarray(got.state.params[name]), np.asarray(value), rtol=1e-4, atol=1e-6)
+    with nnx.logical_axis_rules(rules):  # the same rules around a capture of your own
+        assert 'param @down.kernel {sharding=("mp", None)}' in str(pj.to_static(FlaxMLP(), pj.InputSpec((None, 8))))
+
+
+def test_bad_logical_axis_rules_are_refused():
+    with pytest.raises(ValueError, match="logical_axis_rules: expected pairs"):
+        Strategy(logical_axis_rules=(("embed",),))
