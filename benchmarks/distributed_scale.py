@@ -18,7 +18,8 @@ batch 32) trained through ``pj.Trainer`` under each strategy; for each, from its
 Modes: data parallel (dp=8), ZeRO-1/2/3, bf16 gradient communication, the optimizer state
 offloaded to host memory, DGC at 99.9 % sparsity,
 Local SGD (averaging every 4 steps), tensor parallel 2/4/8 ways (Megatron's plan on the zoo
-model; dp = 8 / mp).
+model; dp = 8 / mp), and 3-D: the encoder layers pipelined over 2 stages, 2 data-parallel
+replicas, tensor parallel 2 ways.
 
 Then a mixture-of-experts network (an MoE feed-forward block of 8 experts between two linears)
 data parallel with every expert on every device, and expert parallel with one expert a device
@@ -77,6 +78,8 @@ MODES = {
     "Local SGD, k=4": {"localsgd": {"k_steps": 4}},
     "tensor parallel 2 (dp=4)": {"tensor_parallel_degree": 2},
     "tensor parallel 4 (dp=2)": {"tensor_parallel_degree": 4},
+    "3-D: pp 2 x dp 2 x mp 2": {"pp_degree": 2, "tensor_parallel_degree": 2,
+                                "pipeline": {"stages": 2, "micro_batches": 2}},
     "tensor parallel 8": {"tensor_parallel_degree": 8},
 }
 KINDS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all")

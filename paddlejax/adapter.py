@@ -108,11 +108,18 @@ def make_primitive(name: str, kernel, multiple_results: bool = False):
 
     ad.primitive_jvps[prim] = jvp
 
-    def batch(args, dims, **params):
-        out = jax.vmap(functools.partial(kernel, **params), in_axes=tuple(dims), out_axes=0)(*args)
+    def batch(axis_data, args, dims, **params):
+        if all(d is None for d in dims):
+            out = prim.bind(*args, **params)
+            return out, ([None] * len(out) if multiple_results else None)
+        # a vmap that names a mesh axis (spmd_axis_name) keeps naming it inside the kernel, so the
+        # kernel's sharding constraints split the mapped dimension over that axis too
+        spmd = getattr(axis_data, "spmd_name", None)
+        out = jax.vmap(functools.partial(kernel, **params), in_axes=tuple(dims), out_axes=0,
+                       spmd_axis_name=spmd)(*args)
         return out, ([0] * len(out) if multiple_results else 0)
 
-    batching.primitive_batchers[prim] = batch
+    batching.fancy_primitive_batchers[prim] = batch
 
     def bind(*args, **params):
         out = prim.bind(*match_varying(args), **params)

@@ -277,14 +277,30 @@ def _build_stages(program: Program, groups: list[list[Op]], alias: dict, env: di
     for k, ops in enumerate(groups):
         inputs = list(program.inputs) if k == 0 else boundaries[k - 1]
         outputs = boundaries[k] if k < n - 1 else [real(v) for v in program.outputs]
-        stage_prog = _stage_program(program, k, ops, inputs, outputs, real, free)
+        stage_prog = _stage_program(program, f"stage{k}", ops, inputs, outputs, real, free)
         flops = sum(op_flops(op, env) for op in ops)
         stages.append(Stage(k, stage_prog, ops, flops, inputs, outputs))
     return stages
 
 
-def _stage_program(program: Program, k: int, ops: list[Op], inputs, outputs, real, free) -> Program:
-    block = Block([v.type for v in inputs], f"stage{k}", [v.name for v in inputs])
+def sub_program(program: Program, ops: list[Op], inputs: list[Value], outputs: list[Value], name: str) -> Program:
+    """The program that runs ``ops`` (consecutive top-level ops of ``program``) on ``inputs`` (the
+    values they read that others compute) and returns ``outputs``; the parameters and constants
+    they read are copied in. Takes and returns flat tuples.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: jnp.cos(jnp.sin(x)), jnp.ones(3))
+    >>> sin, cos = prog.body.ops[:2]
+    >>> part = sub_program(prog, [cos], [sin.result], [cos.result], "tail")
+    >>> [op.type for op in part.walk()]
+    ['lax.cos', 'return']
+    """
+    free = {r: op for op in program.body.ops if op.type in _FREE for r in op.results}
+    return _stage_program(program, name, ops, inputs, outputs, lambda v: v, free)
+
+
+def _stage_program(program: Program, name: str, ops: list[Op], inputs, outputs, real, free) -> Program:
+    block = Block([v.type for v in inputs], name, [v.name for v in inputs])
     mapping = dict(zip(inputs, block.args))
 
     def get(v: Value) -> Value:
@@ -312,7 +328,7 @@ def _stage_program(program: Program, k: int, ops: list[Op], inputs, outputs, rea
     names = [op.attrs["name"] for op in block.ops if op.type == "param"]
     consts = [op.attrs["name"] for op in block.walk() if op.type == "constant" and "name" in op.attrs]
     return Program(block, {n: program.params[n] for n in names}, {n: program.constants[n] for n in consts},
-                   flat_in, flat_out, f"{program.name}.stage{k}")
+                   flat_in, flat_out, f"{program.name}.{name}")
 
 
 def _clone_sub(block: Block) -> Block:

@@ -189,7 +189,9 @@ class Strategy:
         tensor_parallel_degree: the size of the ``"mp"`` mesh axis that tensor-parallel layers
             (:mod:`paddlejax.distributed.tensor_parallel`) split their weights over; neighbouring
             devices, as Megatron places them. XLA's partitioner places every collective of such a
-            step, so ZeRO and hierarchical all-reduce (hand-placed collectives) do not combine with it.
+            step, so ZeRO and hierarchical all-reduce (hand-placed collectives) do not combine with it;
+            with ``pp_degree`` the program's runs of identical layers are pipelined too (3-D,
+            :mod:`paddlejax.distributed.layer_pipeline`, GPipe).
         shard_embeddings: split the tables of
             :class:`~paddlejax.distributed.sparse_embedding.SparseEmbedding` layers by rows over the
             data-parallel devices (lookups exchange ids and rows by all-to-all), the step
@@ -259,9 +261,13 @@ class Strategy:
         for name in ("tensor_parallel_degree", "expert_parallel_degree", "shard_embeddings"):
             value = getattr(self, name)
             on = value if isinstance(value, bool) else value > 1
-            if on and (self.sharding.stage or self.hierarchical_allreduce or self.pp_size > 1):
+            # tensor parallelism combines with a pipeline of layer runs (GPipe, partitioned by XLA too)
+            staged = self.pp_size > 1 and (name != "tensor_parallel_degree" or self.pipeline.schedule != "gpipe")
+            if on and (self.sharding.stage or self.hierarchical_allreduce or staged):
                 what = (f"sharding.stage={self.sharding.stage}" if self.sharding.stage else
-                        "hierarchical_allreduce" if self.hierarchical_allreduce else "pipeline parallelism")
+                        "hierarchical_allreduce" if self.hierarchical_allreduce else
+                        f"the {self.pipeline.schedule} pipeline schedule (a pipeline with tensor parallelism runs "
+                        "gpipe)" if name == "tensor_parallel_degree" else "pipeline parallelism")
                 raise ValueError(f"Strategy.{name}: {value} does not combine with {what}: XLA's partitioner places "
                                  "the collectives of a sharded step")
 
