@@ -145,10 +145,14 @@ def test_a_split_the_mesh_does_not_divide_is_refused_by_parameter_name():
         trainer.train_batch([jnp.ones((8, 4))], jnp.ones((8, 6)))
 
 
-def test_pipeline_with_tensor_parallel_is_refused_until_stages_can_hold_split_weights():
-    # a pipeline packs each stage's parameters into one buffer per dtype, which a split cannot cut
-    with pytest.raises(ValueError, match="tensor_parallel_degree: 2 does not combine with pipeline parallelism"):
-        Strategy(pp_degree=2, tensor_parallel_degree=2)
+def test_tensor_parallel_with_a_pipeline_takes_the_gpipe_schedule_and_zero_is_refused():
+    # 3-D runs its layer runs as one GPipe loop (tests/distributed/test_layer_pipeline.py); 1F1B is the
+    # stage pipeline's, whose per-stage branches cannot hold tensor-parallel collectives
+    assert Strategy(pp_degree=2, tensor_parallel_degree=2).pipeline.schedule == "gpipe"
+    with pytest.raises(ValueError, match="tensor_parallel_degree: 2 does not combine with the 1f1b pipeline schedule"):
+        Strategy(pp_degree=2, tensor_parallel_degree=2, pipeline={"schedule": "1f1b"})
+    with pytest.raises(ValueError, match="tensor_parallel_degree: 2 does not combine with sharding.stage=1"):
+        Strategy(tensor_parallel_degree=2, sharding={"stage": 1})
 
 
 @pytest.mark.parametrize("sharding, message", [
