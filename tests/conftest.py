@@ -2,6 +2,7 @@
 autotune cache and an XLA compilation cache of the test run's own (so no user cache is read or
 written)."""
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -97,3 +98,10 @@ def pytest_collection_modifyitems(items):
     out while there is plenty else to balance them against, and the run does not end with one
     worker on a minute-long notebook while the other idles."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_unconfigure(config):
+    """The process that made the run's caches (the only one, or xdist's controller, whose
+    workers inherited the XLA cache's folder) removes them: the XLA cache takes hundreds of MB."""
+    if _run is None and not hasattr(config, "workerinput"):
+        shutil.rmtree(_cache, ignore_errors=True)
