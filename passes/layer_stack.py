@@ -103,14 +103,36 @@ def _complete(layers: dict, params: dict) -> bool:
                                                         for r in first) for i in range(n))
 
 
+class _Facts:
+    """What every candidate stack asks of the program, found once: its params' and constants'
+    ops by value, the main block's ops to cut (``work``), each op's position, every value's
+    readers (positions), and where in ``work`` each parameter is first read."""
+
+    def __init__(self, program: Program):
+        ops = program.body.ops
+        self.free = {r: op for op in ops if op.type in _FREE for r in op.results}
+        self.work = [op for op in ops[:-1] if op.type not in _FREE]
+        self.position = {op: k for k, op in enumerate(ops)}
+        self.ret = len(ops) - 1
+        self.users: dict[Value, list[int]] = {}
+        for k, op in enumerate(ops):
+            for v in op.operands:
+                self.users.setdefault(v, []).append(k)
+        self.first_read: dict[str, int] = {}
+        for k, op in enumerate(self.work):
+            for v in op.operands:
+                if v in self.free and self.free[v].type == "param":
+                    self.first_read.setdefault(self.free[v].attrs["name"], k)
+
+
 class _Roles:
     """Where each operand of a layer's ops comes from, for comparing layers op for op."""
 
-    def __init__(self, program: Program, stack: str, index: int, ops: list[Op], previous: list[Op] | None):
-        self.program, self.stack, self.index = program, stack, index
+    def __init__(self, program: Program, facts: _Facts, stack: str, index: int, ops: list[Op],
+                 previous: list[Op] | None):
+        self.program, self.stack, self.index, self.free = program, stack, index, facts.free
         self.own = {r: (k, j) for k, op in enumerate(ops) for j, r in enumerate(op.results)}
         self.prev = {r: (k, j) for k, op in enumerate(previous) for j, r in enumerate(op.results)} if previous else {}
-        self.free = {r: op for op in program.body.ops if op.type in _FREE for r in op.results}
 
     def of(self, v: Value):
         if v in self.own:
@@ -136,25 +158,10 @@ class _Roles:
                 tuple(self.of(v) for v in op.operands))
 
 
-def _users(program: Program) -> dict[Value, list[int]]:
-    """For every value, the positions (in the main block) of the ops that read it."""
-    users: dict = {}
-    for k, op in enumerate(program.body.ops):
-        for v in op.operands:
-            users.setdefault(v, []).append(k)
-    return users
-
-
-def _stack(program: Program, name: str, layers: dict, work: list[Op]) -> tuple[int, int, LayerStack] | None:
-    """The stack ``name`` cut out of ``work`` (the main block's ops less params and constants):
-    ``(start, end, stack)`` in ``work`` positions, or None when its layers' ops differ."""
-    n = len(layers)
-    reads = {}
-    for k, op in enumerate(work):
-        for v in op.operands:
-            owner = v.owner if isinstance(v.owner, Op) else None
-            if owner is not None and owner.type == "param":
-                reads.setdefault(owner.attrs["name"], k)
+def _stack(program: Program, facts: _Facts, name: str, layers: dict) -> tuple[int, int, LayerStack] | None:
+    """The stack ``name`` cut out of ``facts.work`` (the main block's ops less params and
+    constants): ``(start, end, stack)`` in ``work`` positions, or None when its layers' ops differ."""
+    n, work, reads = len(layers), facts.work, facts.first_read
     starts = [min((reads[p] for p in layers[i].values() if p in reads), default=None) for i in range(n)]
     if None in starts or starts != sorted(set(starts)):
         return None
@@ -162,7 +169,7 @@ def _stack(program: Program, name: str, layers: dict, work: list[Op]) -> tuple[i
     if any(b - a != length for a, b in zip(starts, starts[1:])) or starts[-1] + length > len(work):
         return None
     ranges = [work[s:s + length] for s in starts]
-    signatures = [[_Roles(program, name, i, ranges[i], ranges[i - 1] if i else None).signature(op)
+    signatures = [[_Roles(program, facts, name, i, ranges[i], ranges[i - 1] if i else None).signature(op)
                    for op in ranges[i]] for i in range(n)]
     if any(sig != signatures[1] for sig in signatures[2:]):
         return None
@@ -182,8 +189,7 @@ def _stack(program: Program, name: str, layers: dict, work: list[Op]) -> tuple[i
         return None
     broadcast = list(dict.fromkeys(v for sig, op in zip(signatures[0], ranges[0]) for role, v in zip(sig[4], op.operands)
                                    if role[0] == "outer" and v not in carry_in.values()))
-    users, position = _users(program), {op: k for k, op in enumerate(program.body.ops)}
-    ret = len(program.body.ops) - 1
+    users, position, ret = facts.users, facts.position, facts.ret
     side_slots = None
     for i, ops in enumerate(ranges):
         # a layer's values are read by the next layer (its carry) or, from the last, by what follows
@@ -213,14 +219,15 @@ def _stack(program: Program, name: str, layers: dict, work: list[Op]) -> tuple[i
 def find_layers(program: Program) -> LayerSplit:
     """``program`` cut into segments and runs of identical layers (see the module doc); raises
     :class:`NoLayers` when it has no such run."""
-    work = [op for op in program.body.ops[:-1] if op.type not in _FREE]
+    facts = _Facts(program)
+    work = facts.work
     candidates = _candidates(op.attrs["name"] for op in program.param_ops())
     found = []
     for name in sorted(candidates, key=len):  # outer stacks first: a layer's own numbered parts are not stacks
         if any(name.startswith(f"{other.name}.") for _, _, other in found) or not _complete(candidates[name],
                                                                                             program.params):
             continue
-        cut = _stack(program, name, candidates[name], work)
+        cut = _stack(program, facts, name, candidates[name])
         if cut is not None and not any(a < cut[1] and cut[0] < b for a, b, _ in found):
             found.append(cut)
     if not found:
@@ -230,22 +237,19 @@ def find_layers(program: Program) -> LayerSplit:
     parts, at = [], 0
     for start, end, stack in found:
         if start > at:
-            parts.append(_segment(program, work[at:start], f"segment{len(parts)}"))
+            parts.append(_segment(program, facts, work[at:start], f"segment{len(parts)}"))
         parts.append(stack)
         at = end
     if at < len(work):
-        parts.append(_segment(program, work[at:], f"segment{len(parts)}"))
+        parts.append(_segment(program, facts, work[at:], f"segment{len(parts)}"))
     return LayerSplit(program, parts)
 
 
-def _segment(program: Program, ops: list[Op], name: str) -> Segment:
+def _segment(program: Program, facts: _Facts, ops: list[Op], name: str) -> Segment:
     """The segment of ``ops``: it reads what earlier ops computed and hands on what later ones
     (or the program's result) read."""
     defined = {r for op in ops for r in op.results}
-    free = {r for op in program.body.ops if op.type in _FREE for r in op.results}
-    inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v not in defined and v not in free))
-    position = {op: k for k, op in enumerate(program.body.ops)}
-    last = max(position[op] for op in ops)
-    later = {v for op in program.body.ops[last + 1:] for v in op.operands}
-    outputs = [r for op in ops for r in op.results if r in later]
+    inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v not in defined and v not in facts.free))
+    last = facts.position[ops[-1]]
+    outputs = [r for op in ops for r in op.results if any(u > last for u in facts.users.get(r, ()))]
     return Segment(sub_program(program, ops, inputs, outputs, name), inputs, outputs)
