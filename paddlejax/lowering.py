@@ -3,7 +3,8 @@
 Called under ``jax.jit`` (``prog(x)``) the interpreter runs once, at trace time, and emits
 the same primitives the captured function did, so XLA compiles the same program. Under
 ``jax.grad`` it is an ordinary JAX function. Consecutive ops marked ``remat_segment=k`` (by
-the ``remat`` pass) run as one ``jax.checkpoint`` function, recomputed in the backward pass.
+the ``remat`` pass) run as one ``jax.checkpoint`` function, recomputed in the backward pass;
+marked ``remat_offload`` too, the segment's inputs wait for the backward pass in host memory.
 An op marked ``kernel="name"`` (by the ``autotune`` pass) runs its registered variant of that
 name inline instead of binding the op's primitive. Ops holding a custom derivative rule
 (``custom_jvp``, ``custom_vjp``) run as ``jax.custom_jvp`` / ``jax.custom_vjp`` functions, so
@@ -21,6 +22,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero, zero_from_primal
 
 from paddlejax import adapter
@@ -190,23 +192,37 @@ def _run_op(op: Op, env: dict, ctx) -> None:
     env.update(zip(op.results, lower_op(op, [env[v] for v in op.operands], ctx)))
 
 
+# the name the inputs of an offloaded remat segment carry for the checkpoint policy
+_OFFLOADED = "paddlejax_offloaded"
+_OFFLOAD_POLICY = jax.checkpoint_policies.save_and_offload_only_these_names(
+    names_which_can_be_saved=[], names_which_can_be_offloaded=[_OFFLOADED],
+    offload_src="device", offload_dst="pinned_host")
+
+
 def _run_remat_segment(ops: list[Op], env: dict, ctx) -> None:
     """Run consecutive ops marked with one ``remat_segment`` inside one ``jax.checkpoint``.
 
     Under ``jax.grad`` only the segment's inputs are kept for the backward pass; the values
-    computed inside are recomputed there.
+    computed inside are recomputed there. Under ``remat_offload`` the activations among the
+    inputs (values ops compute: not the program's inputs, parameters or constants, which are
+    held anyway) are kept as host-memory copies: named inside the
+    checkpoint, so that the policy offloads the names and the backward pass reads them back.
     """
     inside = {id(op) for op in ops}
     inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v in env))
     outputs = [r for op in ops for r in op.results if any(id(u) not in inside for u in r.users)]
+    offload = ops[0].attrs.get("remat_offload", False)
+    offloaded = [offload and isinstance(v.owner, Op) and v.owner.type not in ("param", "constant") for v in inputs]
 
     def run(*args):
+        args = [checkpoint_name(a, _OFFLOADED) if off else a for a, off in zip(args, offloaded)]
         local = dict(zip(inputs, args))
         for op in ops:
             _run_op(op, local, ctx)
         return [local[r] for r in outputs]
 
-    env.update(zip(outputs, jax.checkpoint(run)(*[env[v] for v in inputs])))
+    policy = _OFFLOAD_POLICY if offload else None
+    env.update(zip(outputs, jax.checkpoint(run, policy=policy)(*[env[v] for v in inputs])))
 
 
 def lower_op(op: Op, args: list, ctx) -> list:

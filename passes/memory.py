@@ -46,6 +46,7 @@ from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
 from paddlejax.passes.options import parse_sizes
 
 REMAT_ATTR = "remat_segment"
+OFFLOAD_ATTR = "remat_offload"
 _PERSISTENT = ("param", "constant")
 
 
@@ -287,23 +288,50 @@ def compare_with_xla(program: Program, sizes: dict | None = None) -> MemoryCompa
 _DEFAULT_SAVED = ("operands", "result")
 
 
-def stored_bytes(program: Program, sizes: dict | None = None, segments: dict[Op, int] | None = None) -> int:
-    """Activation bytes training keeps for the backward pass under the :class:`Remat` model.
+def stored_bytes(program: Program, sizes: dict | None = None, segments: dict[Op, int] | None = None,
+                 offload: bool | None = None) -> int:
+    """Activation bytes training keeps on the device for the backward pass under the :class:`Remat` model.
 
     ``segments`` maps ops, nested ones included, to segment numbers (default: the program's
-    ``remat_segment`` marks).
+    ``remat_segment`` marks). With ``offload`` (default: the program's ``remat_offload`` marks)
+    the segments' inputs wait in host memory and count here only where an op outside a segment
+    keeps them too; :func:`offloaded_bytes` counts them.
 
     >>> import jax.numpy as jnp, paddlejax as pj
     >>> prog = pj.trace(lambda x: jnp.tanh(x * x) + 1.0, pj.InputSpec((None, 256)))
     >>> stored_bytes(prog, {"b": 4})  # mul: x (the caller's); tanh: its result and 1 - result
     8192
     """
+    device, host = _stored(program, sizes, segments, offload)
+    return device
+
+
+def offloaded_bytes(program: Program, sizes: dict | None = None, segments: dict[Op, int] | None = None) -> int:
+    """Activation bytes that wait in host memory between the forward and the backward pass: the
+    inputs of the segments marked ``remat_offload`` (by ``remat{offload=true}``); 0 without marks.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda x: jnp.tanh(jnp.tanh(jnp.tanh(x * 2.0))), pj.InputSpec((None, 256)))
+    >>> out = pj.passes.run(prog, "remat{offload=true,sizes=b=4}")
+    >>> offloaded_bytes(out, {"b": 4}), stored_bytes(out, {"b": 4}), stored_bytes(prog, {"b": 4})
+    (4096, 16384, 24576)
+    """
+    return _stored(program, sizes, segments, None)[1]
+
+
+def _stored(program, sizes, segments, offload) -> tuple[int, int]:
+    """(bytes kept on the device, bytes kept in host memory) for the backward pass."""
     if segments is None:
         segments = {op: op.attrs[REMAT_ATTR] for op in program.walk() if REMAT_ATTR in op.attrs}
+    if offload is None:
+        offload = any(op.attrs.get(OFFLOAD_ATTR) for op in program.walk())
     env = size_env(program, sizes)
-    kept, extra, recompute = _residuals(program.body, env, segments)
+    kept, entries, extra, recompute = _residuals(program.body, env, segments)
     free = set(program.inputs)
-    return sum(nbytes(v.type, env) for v in kept if _is_activation(v) and v not in free) + extra + recompute
+    size = lambda values: sum(nbytes(v.type, env) for v in values if _is_activation(v) and v not in free)  # noqa: E731
+    if not offload:
+        return size(kept | entries) + extra + recompute, 0
+    return size(kept) + extra + recompute, size(entries - kept)
 
 
 def _is_activation(v: Value) -> bool:
@@ -331,19 +359,21 @@ def _saved_by(op: Op, env: dict) -> tuple[list[Value], int]:
     return values, extra
 
 
-def _residuals(block, env: dict, segments: dict[Op, int]) -> tuple[set[Value], int, int]:
-    """(values of ``block`` kept for the backward pass, bytes of new buffers kept, the largest
-    recompute at once). A segment keeps its inputs; its ops' own residuals exist only while it is
-    recomputed. A scan keeps its body's residuals once per iteration; residuals that are the
-    body's loop-invariant or ``xs`` arguments are the scan's operands, kept once."""
-    kept, extra, recompute = set(), 0, 0
+def _residuals(block, env: dict, segments: dict[Op, int]) -> tuple[set[Value], set[Value], int, int]:
+    """(values of ``block`` ops outside segments keep for the backward pass, the segments' inputs,
+    bytes of new buffers kept, the largest recompute at once). A segment keeps its inputs; its
+    ops' own residuals exist only while it is recomputed. A scan keeps its body's residuals once
+    per iteration (on the device: only the top-level block's segments are offloaded); residuals
+    that are the body's loop-invariant or ``xs`` arguments are the scan's operands, kept once."""
+    kept, entries, extra, recompute = set(), set(), 0, 0
     inner: dict[int, tuple[set[Value], list[int]]] = {}
     for op in block.ops:
         if op.type in _PERSISTENT or op.type == "return":
             continue
         if op.type == "scan":
             body = op.blocks[0]
-            body_kept, body_extra, body_recompute = _residuals(body, env, segments)
+            body_kept, body_entries, body_extra, body_recompute = _residuals(body, env, segments)
+            body_kept |= body_entries
             carries = range(op.attrs["num_consts"], op.attrs["num_consts"] + op.attrs["num_carry"])
             outer = {a: op.operands[i] for i, a in enumerate(body.args) if i not in carries}
             kept.update(outer[v] for v in body_kept if v in outer)
@@ -361,11 +391,11 @@ def _residuals(block, env: dict, segments: dict[Op, int]) -> tuple[set[Value], i
             held, held_extra = inner.setdefault(k, (set(), [0]))
             held.update(values)
             held_extra[0] += new
-            kept.update(v for v in op.operands if not (isinstance(v.owner, Op) and segments.get(v.owner) == k))
+            entries.update(v for v in op.operands if not (isinstance(v.owner, Op) and segments.get(v.owner) == k))
     for held, held_extra in inner.values():
-        recompute = max(recompute, held_extra[0] + sum(nbytes(v.type, env) for v in held - kept
+        recompute = max(recompute, held_extra[0] + sum(nbytes(v.type, env) for v in held - kept - entries
                                                        if _is_activation(v) and isinstance(v.owner, Op)))
-    return kept, extra, recompute
+    return kept, entries, extra, recompute
 
 
 def _runs(block) -> list[list[Op]]:
@@ -431,17 +461,26 @@ class Remat(Pass):
     ``sizes`` gives symbolic sizes as in ``inplace``. Recomputation does not change values: the
     tolerance is 0. XLA adds the backward pass's own temporaries to the kept bytes, so its temp
     figure is somewhat above the estimate.
+
+    ``offload=true`` (Paddle's recompute ``enable_offload``) also keeps the inputs of the
+    top-level segments in host memory (the ``pinned_host`` memory kind) from the forward pass to
+    the backward pass (marked ``remat_offload``; lowering names them for
+    ``jax.checkpoint_policies.save_and_offload_only_these_names``): the budget and
+    ``stored_bytes`` count device bytes, ``offloaded_bytes`` the host bytes. Where XLA's backend
+    keeps host and device memory apart (GPU, TPU) this frees device memory for the price of
+    two copies per segment; on CPU the two memories are one and the copies vanish.
     """
 
     name = "remat"
     budget: int = 0
     sizes: str = ""
+    offload: bool = False
 
     def apply(self, program: Program, ctx: PassContext) -> PassResult:
         if self.budget < 0:
             raise ValueError(f"remat: budget expects a number of bytes >= 0 (0: keep the least), got {self.budget}")
         sizes = parse_sizes(self.sizes)
-        before = stored_bytes(program, sizes)
+        before = stored_bytes(program, sizes, offload=self.offload)
         if before <= self.budget:
             return PassResult(False, {"segments": 0, "stored_bytes": before})
         runs = _runs(program.body)
@@ -449,23 +488,29 @@ class Remat(Pass):
         best, best_segments = before, None
         for length in range(2, longest + 1):
             segments = _chunked(runs, length)
-            stored = stored_bytes(program, sizes, segments)
+            stored = stored_bytes(program, sizes, segments, self.offload)
             if stored < best:
                 best, best_segments = stored, segments
             if self.budget and stored <= self.budget:
-                return self._mark(program, segments, stored)
+                return self._mark(program, sizes, segments, stored)
         if not self.budget:
-            return self._mark(program, best_segments, best) if best_segments else \
+            return self._mark(program, sizes, best_segments, best) if best_segments else \
                 PassResult(False, {"segments": 0, "stored_bytes": before})
         raise ValueError(f"remat: budget {self.budget} B cannot be met; the smallest stored size "
                          f"found is {best} B (without remat: {before} B)")
 
-    @staticmethod
-    def _mark(program: Program, segments: dict[Op, int], stored: int) -> PassResult:
+    def _mark(self, program: Program, sizes: dict, segments: dict[Op, int], stored: int) -> PassResult:
         rewriter = Rewriter(program)
         for op in program.walk():
             if op in segments:
                 rewriter.set_attr(op, REMAT_ATTR, segments[op])
             else:
                 rewriter.remove_attr(op, REMAT_ATTR)
-        return PassResult(True, {"segments": len(set(segments.values())), "stored_bytes": stored})
+            if self.offload and op in segments and op.parent is program.body:
+                rewriter.set_attr(op, OFFLOAD_ATTR, True)
+            else:
+                rewriter.remove_attr(op, OFFLOAD_ATTR)
+        stats = {"segments": len(set(segments.values())), "stored_bytes": stored}
+        if self.offload:
+            stats["offloaded_bytes"] = offloaded_bytes(program, sizes)
+        return PassResult(True, stats)

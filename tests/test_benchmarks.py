@@ -116,6 +116,14 @@ def test_distributed_scale_quick():
     assert ctr["split over 8 devices"][1] == ctr["one device"][1], out
     streamed = re.search(r"^streamed, budget 1/2\s+(\d+)\s+\d+\.\d\d\s+(\d\.\d\d)x", out, re.M)
     assert streamed and int(streamed[1]) > 2 and float(streamed[2]) <= 0.5, out
+    kept = {name: (float(device), float(host), loss) for name, device, host, loss in re.findall(
+        r"^(no recompute|recompute|recompute, activations offloaded)\s+(\d+\.\d\d)\s+\d\.\d\dx\s+(\d+\.\d\d)\s+"
+        r"\d+\.\d\d\s+(\d\.\d{4})$", out, re.M)}
+    assert list(kept) == ["no recompute", "recompute", "recompute, activations offloaded"], out
+    # offloading moves kept activations off the device, recompute changes no number
+    assert kept["recompute, activations offloaded"][0] < kept["recompute"][0] < kept["no recompute"][0], out
+    assert kept["recompute, activations offloaded"][1] > 0 == kept["recompute"][1], out
+    assert len({k[2] for k in kept.values()}) == 1, out
 
 
 def test_distributed_quick():
@@ -248,7 +256,8 @@ def test_gpu_campaign_quick_prints_every_section_and_marks_what_needs_a_gpu():
                          r"GPU", table, re.M), table
     for section, run, unit in (("ResNet-18 train", "Trainer", "images/s"), ("BERT-tiny train", "Trainer", "tokens/s"),
                                ("BERT-tiny train", "jax\\.jit by hand", "tokens/s"),
-                               ("remat BERT-tiny", "recompute=True", "MiB temp")):
+                               ("remat BERT-tiny", "recompute=True", "MiB temp"),
+                               ("remat BERT-tiny", "recompute, offloaded", "MiB temp")):
         assert re.search(rf"^\| {section}[^|]* \| {run} \| {number} \| {unit} \|", table, re.M), (section, run, table)
     assert re.search(r"^\| BERT-tiny train [^|]* \| Trainer \| .*model \S+ TFLOP/s", table, re.M), table
     assert "| failed |" not in table

@@ -161,6 +161,11 @@ class Strategy:
         recompute: rematerialise the forward pass in the backward pass: the ``remat`` pass cuts
             the training program into the ``jax.checkpoint`` segments that keep the least
             (pipeline stages recompute their whole forward pass).
+        recompute_offload: with ``recompute``, keep the recompute segments' inputs in host memory
+            (the ``pinned_host`` memory kind) from the forward pass to the backward pass (Paddle's
+            recompute ``enable_offload``): device memory then holds one segment's activations
+            at a time; each kept activation crosses to the host and back once. Where the
+            backend has no ``pinned_host`` memory the Trainer says so.
         gradient_merge: :class:`GradientMerge` (k_steps, avg).
         fuse_all_reduce: pack gradients into buckets of at most ``fuse_grad_size_in_MB``
             megabytes and all-reduce each bucket with one collective (Paddle's default 32 MB);
@@ -209,6 +214,7 @@ class Strategy:
 
     amp: str | None = None
     recompute: bool = False
+    recompute_offload: bool = False
     gradient_merge: GradientMerge = field(default_factory=GradientMerge)
     fuse_all_reduce: bool = False
     fuse_grad_size_in_MB: float = 32.0
@@ -230,8 +236,12 @@ class Strategy:
     def __post_init__(self):
         if self.amp not in AMP:
             raise ValueError(f"Strategy.amp: expected one of None, 'bf16', 'fp16', got {self.amp!r}")
-        for name in ("recompute", "fuse_all_reduce", "hierarchical_allreduce", "offload_optimizer", "shard_embeddings"):
+        for name in ("recompute", "recompute_offload", "fuse_all_reduce", "hierarchical_allreduce", "offload_optimizer",
+                     "shard_embeddings"):
             _bool("Strategy", name, getattr(self, name))
+        if self.recompute_offload and not self.recompute:
+            raise ValueError("Strategy.recompute_offload: offloads the activations recompute keeps; "
+                             "set recompute=True too")
         size = self.fuse_grad_size_in_MB
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
             raise ValueError(f"Strategy.fuse_grad_size_in_MB: expected a number > 0, got {size!r}")
@@ -252,6 +262,9 @@ class Strategy:
         if self.pp_degree is not None and self.pipeline.stages > 1 and self.pp_degree != self.pipeline.stages:
             raise ValueError(f"Strategy.pp_degree: {self.pp_degree} differs from pipeline.stages "
                              f"{self.pipeline.stages}")
+        if self.recompute_offload and self.pp_size > 1:
+            raise ValueError("Strategy.recompute_offload: pipeline stages recompute their whole forward pass from "
+                             "stage inputs kept on the device; recompute_offload applies without a pipeline")
         if self.comm_dtype not in COMM_DTYPES:
             raise ValueError(f"Strategy.comm_dtype: expected one of {', '.join(map(repr, COMM_DTYPES))}, "
                              f"got {self.comm_dtype!r}")

@@ -98,11 +98,12 @@ def dim_symbols(expr: str) -> set[str]:
 
 
 # Attributes that passes record on ops for lowering (``remat_segment``: recompute this op in
-# the backward pass with the others of its segment; ``kernel``: run the op's variant of that
+# the backward pass with the others of its segment; ``remat_offload``: keep that segment's
+# inputs in host memory until the backward pass; ``kernel``: run the op's variant of that
 # name instead of its reference kernel; ``donate``, on a program's return: the inputs whose
 # buffers the outputs may take). They are printed and saved with the op but are not arguments
 # of its kernel.
-ANNOTATIONS = frozenset({"remat_segment", "kernel", "donate"})
+ANNOTATIONS = frozenset({"remat_segment", "remat_offload", "kernel", "donate"})
 
 
 def kernel_attrs(attrs: dict) -> dict:

@@ -344,7 +344,8 @@ def _count(n) -> bool:
 def check_attrs(op: Op, num_inputs: int | None = None) -> None:
     """Check the attributes ``op`` carries beyond its types: a generic ``lax.*`` op's parameters
     against :mod:`paddlejax.ops.lax_params`, and the pass annotations (``kernel`` names a
-    variant of the op, ``remat_segment`` is a segment number, ``donate`` lists distinct inputs
+    variant of the op, ``remat_segment`` is a segment number that ``remat_offload`` may mark
+    offloaded, ``donate`` lists distinct inputs
     of the program, of which there are ``num_inputs`` when ``op`` is the main block's return).
 
     >>> import paddlejax as pj
@@ -369,6 +370,9 @@ def check_attrs(op: Op, num_inputs: int | None = None) -> None:
                                     f"(known: {', '.join(variants) or 'none'})")
     if "remat_segment" in attrs and not (_count(attrs["remat_segment"]) and attrs["remat_segment"] < 2 ** 31):
         raise VerificationError(f"remat_segment must be an int >= 0, not {attrs['remat_segment']!r}")
+    if "remat_offload" in attrs and (attrs["remat_offload"] is not True or "remat_segment" not in attrs):
+        raise VerificationError(f"remat_offload must be true and only on an op with a remat_segment, "
+                                f"not {attrs['remat_offload']!r}")
     if "donate" in attrs:
         donate = attrs["donate"]
         if op.type != "return" or num_inputs is None:

@@ -42,6 +42,7 @@ from paddlejax.train.callbacks import Callback
 from paddlejax.train.history import History, TensorBoard
 from paddlejax.train.loop import FitLoop
 from paddlejax.train.loss_scale import LossScale
+from paddlejax.train.placement import require_pinned_host
 from paddlejax.train.state import TrainState
 from paddlejax.train.steps import Objective, step_builder
 
@@ -215,7 +216,11 @@ class Trainer:
         # every activation again at once while it is recomputed, saving nothing at the peak
         # (pipeline stages recompute their own forward pass)
         recompute = self.strategy is not None and self.strategy.recompute and self.pipeline is None
-        passes += ["remat"] if train and recompute else []
+        if train and recompute and self.strategy.recompute_offload:
+            require_pinned_host("Strategy.recompute_offload")
+            passes += ["remat{offload=true}"]
+        elif train and recompute:
+            passes += ["remat"]
         if not passes:
             return prog
         from paddlejax.passes import PassManager

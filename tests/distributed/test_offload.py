@@ -1,7 +1,8 @@
 """Optimizer state offloaded to host memory between steps (``Strategy(offload_optimizer=True)``):
 it waits in ``pinned_host`` memory, trains exactly as when it stays on the devices, under data
 parallelism, ZeRO and tensor parallelism, and survives a checkpoint; a backend without host
-memory is named."""
+memory is named. Activations kept for recompute offloaded between the forward and backward
+pass (``Strategy(recompute=True, recompute_offload=True)``) train as resident ones."""
 from __future__ import annotations
 
 import types
@@ -84,3 +85,51 @@ def test_a_backend_without_host_memory_is_named(monkeypatch):
     monkeypatch.setattr(jax, "devices", lambda *a: [device])
     with pytest.raises(ValueError, match="the tpu backend has no pinned_host memory to offload to .its memories: device"):
         trainer.train_batch([x], y)
+
+
+class ConvBN(nn.Layer):
+    """Batch norm updates its statistics in the forward pass: they must come out of the
+    offloaded, recomputed segments unchanged."""
+
+    def __init__(self):
+        self.convs = nn.LayerList([nn.Conv2D(3 if i == 0 else 8, 8, 3, padding=1) for i in range(3)])
+        self.norms = nn.LayerList([nn.BatchNorm2D(8) for _ in range(3)])
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        for conv, norm in zip(self.convs, self.norms):
+            x = nn.functional.relu(norm(conv(x)))
+        return self.head(x.mean(axis=(2, 3)))
+
+
+@pytest.mark.filterwarnings("ignore:data parallel over 8 devices")
+@pytest.mark.parametrize("offload", [False, True])
+def test_offloaded_recompute_trains_as_resident_activations(offload):
+    rng = np.random.default_rng(3)
+    data = [(rng.normal(size=(8, 3, 6, 6)).astype(np.float32), rng.integers(0, 4, 8)) for _ in range(3)]
+
+    def fit(strategy):
+        nn.seed(0)
+        trainer = pj.Trainer(ConvBN(), optax.sgd(0.1, momentum=0.9), progress=False, strategy=strategy)
+        return trainer, [trainer.train_batch([x], y) for x, y in data]
+
+    (plain, want), (remat, got) = fit(Strategy()), fit(Strategy(recompute=True, recompute_offload=offload))
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    state, ref = weights(remat), weights(plain)
+    for name, value in ref.items():  # parameters and batch norm statistics
+        np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    marked = [op for op in remat.train_program.walk() if op.attrs.get("remat_offload")]
+    assert bool(marked) == offload
+    assert all("remat_segment" in op.attrs for op in marked)
+
+
+def weights(trainer) -> dict:
+    trainer.sync_model()
+    return nn.state_dict(trainer.model)
+
+
+def test_recompute_offload_needs_recompute_and_no_pipeline():
+    with pytest.raises(ValueError, match="recompute_offload: offloads the activations recompute keeps; set recompute=True"):
+        Strategy(recompute_offload=True)
+    with pytest.raises(ValueError, match="recompute_offload: pipeline stages recompute their whole forward pass"):
+        Strategy(recompute=True, recompute_offload=True, pp_degree=2)

@@ -5,7 +5,7 @@ import pytest
 
 import paddlejax as pj
 from paddlejax.lowering import run_program
-from paddlejax.passes.memory import compare_with_xla, liveness, plan_inplace, stored_bytes, value_names
+from paddlejax.passes.memory import compare_with_xla, liveness, offloaded_bytes, plan_inplace, stored_bytes, value_names
 
 
 def cnn(p, x):
@@ -131,6 +131,41 @@ def test_remat_with_a_budget_already_met_changes_nothing(prog):
 def test_remat_refuses_a_budget_it_cannot_meet(prog):
     with pytest.raises(pj.passes.PassError, match=f"budget 1000 B cannot be met; the smallest stored size found is {SMALLEST} B"):
         pj.passes.run(prog, "remat{budget=1000,sizes=b=8}")
+
+
+def host_copies(jaxpr) -> int:
+    """How many values the (forward and backward) jaxpr sends to host memory."""
+    return str(jaxpr).count("devices=(MemorySpace.Host,)")
+
+
+def test_remat_offload_keeps_the_segment_inputs_in_host_memory(prog):
+    pm = pj.passes.PassManager("remat{offload=true,sizes=b=8}")
+    out = pm.run(prog)
+    # the smallest device figure has segments of two ops, [conv, relu] [conv, relu] [reshape,
+    # matmul]: each relu result waits on the host, the device holds one segment's recompute (the
+    # flattened input the matmul keeps)
+    assert pm.records[0].stats == {"segments": 3, "stored_bytes": ACT, "offloaded_bytes": 2 * ACT}
+    assert stored_bytes(out, {"b": 8}) == ACT and offloaded_bytes(out, {"b": 8}) == 2 * ACT
+    assert stored_bytes(out, {"b": 8}, offload=False) == 3 * ACT  # the same marks, kept on the device
+    assert "%4 = relu(%3) {remat_segment=0, remat_offload=True} : f32[b,8,8,8]" in str(out)
+    x = np.random.default_rng(1).normal(size=(8, 3, 8, 8)).astype(np.float32)
+    grad = lambda p, program: jax.grad(lambda q: program.apply(q, x).sum())(p)  # noqa: E731
+    ref, got = grad(prog.params, prog), grad(out.params, out)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-6, atol=1e-6)
+    # the two relu results go to the host in the forward pass (the input x is the caller's)
+    plain = pj.passes.run(prog, "remat{sizes=b=8}")
+    assert host_copies(jax.make_jaxpr(lambda p: grad(p, out))(out.params)) == 2
+    assert host_copies(jax.make_jaxpr(lambda p: grad(p, plain))(plain.params)) == 0
+
+
+def test_remat_offload_marks_survive_save_and_load_and_are_verified(prog, tmp_path):
+    out = pj.passes.run(prog, "remat{offload=true,sizes=b=8}")
+    pj.save(out, tmp_path / "m")
+    assert str(pj.load(tmp_path / "m")) == str(out)
+    text = str(prog).replace("relu(%3) :", "relu(%3) {remat_offload=True} :")
+    with pytest.raises(pj.ir.VerificationError, match="remat_offload must be true and only on an op with a remat_segment"):
+        pj.parse(text).verify()
 
 
 LAYERS, WIDTH = 8, 128
