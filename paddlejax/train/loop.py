@@ -19,6 +19,7 @@ first, then the user's).
 from __future__ import annotations
 
 import time
+import warnings
 
 from paddlejax.train import checkpointing
 from paddlejax.train import metrics as metrics_lib
@@ -60,6 +61,10 @@ class FitLoop:
         t.stop_training = False
         try:
             self.call("on_train_begin")
+            if t.epoch >= self.epochs:  # after an earlier fit, or resumed from a finished run
+                warnings.warn(f"Trainer.fit: epochs={self.epochs} is the epoch to train up to, and this trainer is at "
+                              f"epoch {t.epoch} already: nothing to train; pass epochs={t.epoch + self.epochs} "
+                              f"to train {self.epochs} more", stacklevel=3)
             while t.epoch < self.epochs and not t.stop_training:
                 self._epoch()
         finally:

@@ -332,8 +332,11 @@ class Trainer:
 
     def fit(self, train, eval=None, epochs: int = 1, batch_size: int = 32, shuffle: bool = True,
             seed: int = 0, eval_every: int | None = None, eval_freq: int = 1, save_freq: int = 1) -> History:
-        """Train for ``epochs`` over ``train`` (a DataLoader, or arrays / a dataset that is wrapped
-        in one with ``batch_size``, ``shuffle`` and ``seed``), evaluating on ``eval`` after the
+        """Train up to epoch ``epochs`` over ``train`` (a DataLoader, or arrays / a dataset that is
+        wrapped in one with ``batch_size``, ``shuffle`` and ``seed``): the epochs count from the
+        trainer's first (so a run resumed from a checkpoint ends where the whole run would, and a
+        second call trains only past the first's epochs, with a warning when there is nothing to
+        train), evaluating on ``eval`` after the
         first epoch and every ``eval_freq`` epochs from there (Paddle's rule; also every
         ``eval_every`` steps if set), and checkpointing (with ``checkpoint_dir``) after every
         ``save_freq`` epochs and the last. Returns the :class:`History`."""

@@ -57,6 +57,18 @@ def test_fit_learns_and_writes_back_into_the_model():
     np.testing.assert_allclose(pred, t.model.eval() or t.model(x), rtol=1e-5, atol=1e-5)
 
 
+def test_fit_counts_epochs_from_the_first_and_says_when_there_is_nothing_to_train():
+    x, y = blobs()
+    t = trainer()
+    t.fit((x, y), epochs=1, batch_size=16)
+    with pytest.warns(UserWarning, match="epochs=1 is the epoch to train up to, and this trainer is at epoch 1 "
+                                         "already: nothing to train; pass epochs=2 to train 1 more"):
+        t.fit((x, y), epochs=1, batch_size=16)
+    assert t.step == 6
+    t.fit((x, y), epochs=2, batch_size=16)
+    assert t.step == 12
+
+
 def test_one_step_equals_a_hand_written_optax_step():
     x, y = blobs(16)
     t = trainer(optimizer=optax.sgd(0.1, momentum=0.9))
