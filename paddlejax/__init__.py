@@ -21,7 +21,8 @@ from paddlejax.stablehlo import export  # noqa: E402
 
 __version__ = "0.1.0"
 
-_LAZY = {"convert", "passes", "models", "slim", "hub", "nn", "data", "train", "inference", "distributed", "optimizer"}
+_LAZY = {"convert", "passes", "models", "slim", "hub", "nn", "data", "train", "inference", "distributed", "optimizer",
+         "distribution", "sparse", "geometric"}
 # Runtime functions, imported on first use so that ``import paddlejax`` stays light.
 _LAZY_ATTRS = {"to_static": "paddlejax.static", "check_nan_inf": "paddlejax.nancheck",
                "NonFiniteError": "paddlejax.nancheck", "Trainer": "paddlejax.train", "Model": "paddlejax.hapi",

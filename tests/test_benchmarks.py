@@ -126,6 +126,13 @@ def test_distributed_scale_quick():
     assert len({k[2] for k in kept.values()}) == 1, out
 
 
+def test_yolo_quick(tmp_path):
+    out = run_quick("yolo.py", "--out", str(tmp_path), timeout=300)
+    row = re.search(r"^tiny x0\.5\s+(\d+)\s+\d+\.\d min\s+(\d\.\d{3})\s+(\d\.\d{3})(\s+\d\.\d{3}){3}$", out, re.M)
+    assert row and int(row[1]) == 2, out  # 48 images in batches of 32: two steps
+    assert (tmp_path / "detections.png").stat().st_size > 10_000
+
+
 def test_distributed_quick():
     out = run_quick("distributed.py", timeout=120)
     fusion = dict(re.findall(r"^  (one per gradient \(no fusion\)|fused, buckets of 32 MB)\s+(\d+)\s", out, re.M))
@@ -278,6 +285,32 @@ def test_cpu_latency_quick():
                       r"\s+\d+\.\d s / \d+\.\d s  (\S.*)$", out, re.M)
     assert [r[0] for r in rows] == ["SmallCNN", "DigitsCNN"], out
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
+
+
+def test_tsm_quick():
+    out = run_quick("tsm.py", timeout=240)
+    rows = dict(re.findall(r"^(TSM \(shift 0\.125 each way\)|TSN \(no shift\))\s+\d+\.\d\d%\s+(\d+\.\d)%$", out, re.M))
+    assert list(rows) == ["TSM (shift 0.125 each way)", "TSN (no shift)"], out
+    assert rows["TSN (no shift)"] == "100.0"  # blind to the frames' order, trained or not
+    assert re.search(r"^held-out clip 0: digit \d moving (right|left|down|up), centre per frame( \(\d+,\d+\)){4}$",
+                     out, re.M), out
+    assert len(re.findall(r"^  (TSM|TSN) .* says \w+ \(\d\.\d\d\); for the clip played backwards \w+", out,
+                          re.M)) == 2, out
+
+
+def test_gan_quick(tmp_path):
+    out = run_quick("gan.py", "--out", str(tmp_path), timeout=400)
+    assert re.search(r"^DigitsCNN \(on 8x8 block means\): held-out accuracy on real digits \d+\.\d\d%$", out, re.M), out
+    rows = re.findall(r"^ +(\d) +(\d+\.\d)%$", out, re.M)
+    assert [c for c, _ in rows] == [str(c) for c in range(10)], out
+    assert re.search(r"^ +all +\d+\.\d%   bar 80%: (PASS|FAIL)$", out, re.M), out
+    errors = re.findall(r"^  (the edge map itself|the edge map blurred 3x3|the mean training digit|CycleGAN \(unpaired\)"
+                        r"|Pix2Pix) +(\d\.\d{4})$", out, re.M)
+    assert [name for name, _ in errors] == ["the edge map itself", "the edge map blurred 3x3", "the mean training digit",
+                                            "CycleGAN (unpaired)", "Pix2Pix"], out
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["cyclegan_losses.png", "dcgan_losses.png",
+                                                              "dcgan_samples.png", "pix2pix_losses.png",
+                                                              "translation_samples.png"]
 
 
 @pytest.mark.parametrize("crash", [False, True])

@@ -9,9 +9,10 @@ KERNEL = ["paddlejax/ops", "paddlejax/ir", "paddlejax/capture.py", "paddlejax/lo
           "paddlejax/io.py", "paddlejax/stablehlo.py", "paddlejax/adapter.py", "paddlejax/analysis.py",
           "paddlejax/nancheck.py", "paddlejax/autodiff.py", "paddlejax/execution.py", "paddlejax/table.py",
           "paddlejax/files.py", "paddlejax/arrays.py", "paddlejax/convert", "paddlejax/host_memory.py",
-          "paddlejax/dispatch.py"]
-RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/static.py", "paddlejax/distributed",
-           "paddlejax/inference.py", "paddlejax/hapi.py", "paddlejax/optimizer", "paddlejax/streaming.py"]
+          "paddlejax/dispatch.py", "paddlejax/sparse"]
+RUNTIME = ["paddlejax/nn", "paddlejax/train", "paddlejax/data", "paddlejax/geometric", "paddlejax/static.py",
+           "paddlejax/distributed", "paddlejax/inference.py", "paddlejax/hapi.py", "paddlejax/optimizer",
+           "paddlejax/streaming.py", "paddlejax/distribution", "paddlejax/boxes.py"]
 # The package face (lazy sub-packages, optional extras) and the command line, on top of all.
 TOP = ["paddlejax/__init__.py", "paddlejax/_extras.py", "paddlejax/cli"]
 

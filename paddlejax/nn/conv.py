@@ -187,6 +187,44 @@ class Conv2DTranspose(_ConvBase):
         return conv2d_transpose_to("Conv2DTranspose", args, attrs, output_size)
 
 
+class DeformConv2D(Layer):
+    """Deformable 2-D convolution (Paddle's ``paddle.vision.ops.DeformConv2D``, Dai et al. 2017,
+    and v2 with a modulation ``mask``, Zhu et al. 2019): called as ``layer(x, offset, mask=None)``
+    where ``offset`` ``[N, 2 * deformable_groups * kh * kw, Ho, Wo]`` moves each kernel tap
+    (``(dy, dx)`` pairs) and ``mask`` ``[N, deformable_groups * kh * kw, Ho, Wo]`` scales what it
+    reads. NCHW only; initialisers as :class:`Conv2D`.
+
+    >>> import jax.numpy as jnp
+    >>> dcn = DeformConv2D(4, 8, 3, padding=1)
+    >>> x = jnp.ones((1, 4, 5, 5))
+    >>> dcn(x, jnp.zeros((1, 18, 5, 5)), jnp.ones((1, 9, 5, 5))).shape
+    (1, 8, 5, 5)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, deformable_groups=1,
+                 groups=1, weight_attr=None, bias_attr=None, *, rngs: nnx.Rngs | None = None):
+        layer = "DeformConv2D"
+        in_channels, out_channels = positive_int(layer, "in_channels", in_channels), positive_int(layer, "out_channels", out_channels)
+        groups = positive_int(layer, "groups", groups)
+        if in_channels % groups or out_channels % groups:
+            raise arg_error(layer, "groups", f"a divisor of in_channels ({in_channels}) and out_channels ({out_channels})",
+                            groups)
+        kernel = ntuple(layer, "kernel_size", kernel_size, 2)
+        try:
+            self._attrs = ops.deformable_conv2d.check_attrs(dict(stride=stride, padding=padding, dilation=dilation,
+                                                                 deformable_groups=deformable_groups, groups=groups))
+        except ValueError as e:
+            raise ValueError(f"{layer}: {e}") from None
+        std = math.sqrt(2.0 / (in_channels * math.prod(kernel)))
+        self.weight = self.create_parameter((out_channels, in_channels // groups, *kernel), weight_attr,
+                                            default_initializer=Normal(0.0, std), rngs=rngs, arg="weight_attr")
+        self.bias = self.create_parameter((out_channels,), bias_attr, is_bias=True, rngs=rngs, arg="bias_attr")
+
+    def forward(self, x, offset, mask=None):
+        bias = None if self.bias is None else self.bias[...]
+        return ops.deformable_conv2d(x, offset, self.weight[...], mask, bias, **self._attrs)
+
+
 def conv2d_transpose_to(owner, args, attrs, output_size=None):
     """``ops.conv2d_transpose(*args, **attrs)``, its ``output_padding`` picked to give
     ``output_size`` (``[h, w]``) if that is given."""

@@ -334,6 +334,19 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
 upsample = interpolate
 
 
+def temporal_shift(x, seg_num, shift_ratio=0.25, data_format="NCHW"):
+    """Shift part of the channels of ``x`` (``[N * seg_num, C, H, W]`` frames, clip by clip)
+    one frame along time, as the Temporal Shift Module does: the first ``C * shift_ratio``
+    channels come from the previous frame, the next ``C * shift_ratio`` from the following one,
+    zero at the clip's ends (see :mod:`paddlejax.ops.video`).
+
+    >>> y = temporal_shift(jnp.ones((4, 8, 2, 2)), seg_num=2)
+    >>> y[0, :, 0, 0].tolist()  # the first frame has no previous one
+    [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    """
+    return ops.temporal_shift(x, seg_num=seg_num, shift_ratio=shift_ratio, data_format=data_format)
+
+
 # ---------------------------------------------------------------------------------------
 # Losses
 
@@ -478,6 +491,7 @@ __all__ = [
     "conv1d", "conv2d", "conv3d", "conv2d_transpose", "linear", "embedding", "one_hot",
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_avg_pool1d",
     "adaptive_max_pool1d", "dropout", "batch_norm", "layer_norm", "pad", "interpolate", "upsample",
+    "temporal_shift",
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
 ]

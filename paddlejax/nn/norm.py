@@ -1,9 +1,11 @@
-"""Normalisation layers: BatchNorm1D, BatchNorm2D, SyncBatchNorm, LayerNorm, GroupNorm.
+"""Normalisation layers: BatchNorm1D, BatchNorm2D, SyncBatchNorm, LayerNorm, GroupNorm,
+InstanceNorm1D/2D/3D and SpectralNorm.
 
 Batch norm keeps its running statistics ``mean`` and ``variance`` as ``nnx.BatchStat``: in
 training mode it normalises with the batch statistics and updates the running ones
 (``running = momentum * running + (1 - momentum) * batch``, biased batch variance as in
-Paddle); in eval mode it uses the running ones. Under data parallelism ``BatchNorm1D`` and
+Paddle); in eval mode it uses the running ones. Spectral norm keeps its power-iteration vectors
+the same way: training advances them, eval reads them. Under data parallelism ``BatchNorm1D`` and
 ``BatchNorm2D`` take the statistics of each device's rows; :class:`SyncBatchNorm` those of the
 whole batch.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -24,6 +27,7 @@ from paddlejax import ops
 from paddlejax.nn.args import arg_error, choice, is_int, positive_int
 from paddlejax.nn.initializer import Constant, FrozenParam
 from paddlejax.nn.layer import Layer
+from paddlejax.nn.random import next_key
 
 
 def _float(layer, name, value, minimum=0.0):
@@ -235,3 +239,138 @@ class GroupNorm(Layer):
     def forward(self, x):
         return ops.group_norm(x, self.weight[...], self.bias[...], groups=self._num_groups,
                               epsilon=self._epsilon, data_format=self._data_format)
+
+
+class _InstanceNorm(Layer):
+    """Instance norm: each sample's channels normalised on their own, over all positions."""
+
+    _formats: tuple[str, ...] = ()
+    _rank = 4
+
+    def __init__(self, num_features, epsilon=1e-05, momentum=0.9, weight_attr=None, bias_attr=None,
+                 data_format=None, *, rngs: nnx.Rngs | None = None):
+        name = type(self).__name__
+        self._num_features = positive_int(name, "num_features", num_features)
+        self._epsilon = _float(name, "epsilon", epsilon)
+        self._momentum = _float(name, "momentum", momentum)  # accepted as Paddle does; no statistics are kept
+        self._data_format = choice(name, "data_format", data_format or self._formats[0], self._formats)
+        affine = weight_attr is not False and bias_attr is not False  # Paddle: either False drops both
+        shape = (self._num_features,)
+        self.scale = self.create_parameter(shape, weight_attr if affine else False, default_initializer=Constant(1.0),
+                                           rngs=rngs, arg="weight_attr")
+        self.bias = self.create_parameter(shape, bias_attr if affine else False, is_bias=True, rngs=rngs,
+                                          arg="bias_attr")
+
+    def forward(self, x):
+        name = type(self).__name__
+        if x.ndim != self._rank:
+            raise ValueError(f"{name}: input 'x' expects rank {self._rank}, got shape {tuple(x.shape)}")
+        axis = 1 if self._data_format[1] == "C" else x.ndim - 1
+        if x.shape[axis] != self._num_features:
+            raise ValueError(f"{name}: input 'x' expects {self._num_features} channels on axis {axis} (data_format="
+                             f"{self._data_format!r}), got shape {tuple(x.shape)}")
+        affine = () if self.scale is None else (self.scale[...], self.bias[...])
+        # instance norm is group norm with a group per channel
+        return ops.group_norm(x, *affine, groups=self._num_features, epsilon=self._epsilon,
+                              data_format=self._data_format)
+
+
+class InstanceNorm2D(_InstanceNorm):
+    """Instance norm of ``[N, C, H, W]`` (``"NCHW"``) or ``[N, H, W, C]`` (``"NHWC"``) inputs:
+    every sample's every channel normalised over its positions, in training and eval alike (as
+    in Paddle, no running statistics), then ``scale`` and ``bias`` ``[C]`` applied (ones and
+    zeros; ``weight_attr=False`` or ``bias_attr=False`` gives neither, as style transfer and
+    CycleGAN use it). ``momentum`` is accepted for Paddle's signature and unused.
+
+    >>> import jax.numpy as jnp
+    >>> norm = InstanceNorm2D(2, weight_attr=False, bias_attr=False)
+    >>> y = norm(jnp.arange(16.0).reshape(1, 2, 2, 4))
+    >>> norm.scale is None, [round(v, 3) for v in y[0, 1, 0].tolist()]
+    (True, [-1.528, -1.091, -0.655, -0.218])
+    """
+
+    _formats = ("NCHW", "NHWC")
+    _rank = 4
+
+
+class InstanceNorm1D(_InstanceNorm):
+    """Instance norm of ``[N, C, L]`` (``"NCL"``) or ``[N, L, C]`` (``"NLC"``) inputs; see
+    :class:`InstanceNorm2D`.
+
+    >>> import jax.numpy as jnp
+    >>> InstanceNorm1D(1)(jnp.array([[[1.0, 3.0]]])).round(3).tolist()
+    [[[-1.0, 1.0]]]
+    """
+
+    _formats = ("NCL", "NLC")
+    _rank = 3
+
+
+class InstanceNorm3D(_InstanceNorm):
+    """Instance norm of ``[N, C, D, H, W]`` (``"NCDHW"``) or ``[N, D, H, W, C]`` (``"NDHWC"``)
+    inputs; see :class:`InstanceNorm2D`.
+
+    >>> import jax.numpy as jnp
+    >>> InstanceNorm3D(3)(jnp.ones((2, 3, 2, 2, 2))).shape
+    (2, 3, 2, 2, 2)
+    """
+
+    _formats = ("NCDHW", "NDHWC")
+    _rank = 5
+
+
+class SpectralNorm(Layer):
+    """A weight divided by its largest singular value (Paddle's ``SpectralNorm``, Miyato et al.
+    2018): called on a weight of ``weight_shape``, it returns ``weight / sigma`` through the
+    ``spectral_norm`` op, ``sigma`` estimated by power iteration on the weight seen as a matrix
+    of ``weight_shape[dim]`` rows.
+
+    The vectors ``weight_u [h]`` and ``weight_v [w]`` (random unit vectors at first) are state,
+    as batch norm's statistics are: each call in training mode runs ``power_iters`` iterations
+    from them and keeps the result, so the estimate sharpens over training steps; eval mode
+    iterates none and reads them (Paddle's layer iterates from its initial vectors on every
+    call and keeps nothing). Gradients treat the vectors as constants. ``weight_u`` and
+    ``weight_v`` are saved with the weights (``state_dict``) and carried by the Trainer.
+
+    >>> import jax.numpy as jnp, numpy as np
+    >>> sn = SpectralNorm((3, 2), power_iters=20)
+    >>> w = jnp.array([[3.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    >>> [[round(x, 3) for x in row] for row in sn(w).tolist()]
+    [[1.0, 0.0], [0.0, 0.333], [0.0, 0.0]]
+    >>> sn.eval(); before = sn.weight_u[...]; _ = sn(w)
+    >>> bool((sn.weight_u[...] == before).all())
+    True
+    """
+
+    def __init__(self, weight_shape, dim=0, power_iters=1, eps=1e-12, dtype="float32", *,
+                 rngs: nnx.Rngs | None = None):
+        if (not isinstance(weight_shape, (list, tuple)) or len(weight_shape) < 2
+                or not all(is_int(n) and n >= 1 for n in weight_shape)):
+            raise arg_error("SpectralNorm", "weight_shape", "a list of at least 2 ints >= 1", weight_shape)
+        self._weight_shape = tuple(int(n) for n in weight_shape)
+        rank = len(self._weight_shape)
+        if not is_int(dim) or not -rank <= dim < rank:
+            raise arg_error("SpectralNorm", "dim", f"an axis of weight_shape in [{-rank}, {rank})", dim)
+        self._dim = int(dim) % rank
+        self._power_iters = positive_int("SpectralNorm", "power_iters", power_iters, minimum=0)
+        self._eps = _float("SpectralNorm", "eps", eps)
+        h = self._weight_shape[self._dim]
+        w = math.prod(self._weight_shape) // h
+        self.weight_u = nnx.BatchStat(_unit_vector(next_key(rngs), h, dtype))
+        self.weight_v = nnx.BatchStat(_unit_vector(next_key(rngs), w, dtype))
+
+    def forward(self, weight):
+        if tuple(weight.shape) != self._weight_shape:
+            raise ValueError(f"SpectralNorm: input 'weight' expects shape {self._weight_shape}, got "
+                             f"{tuple(weight.shape)}")
+        out, u, v = ops.spectral_norm(weight, self.weight_u[...], self.weight_v[...], dim=self._dim,
+                                      power_iters=self._power_iters if self.training else 0, eps=self._eps)
+        if self.training:
+            self.weight_u.set_value(u)
+            self.weight_v.set_value(v)
+        return out
+
+
+def _unit_vector(key, size, dtype):
+    x = jax.random.normal(key, (size,), jnp.dtype(dtype))
+    return x / jnp.linalg.norm(x)

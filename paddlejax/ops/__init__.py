@@ -12,13 +12,18 @@ from paddlejax.ops.activation import (gelu, hard_sigmoid, hard_swish, leaky_relu
                                       sigmoid, silu, softmax, tanh)
 from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
 from paddlejax.ops.conv import conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d  # noqa: F401
+from paddlejax.ops.deform_conv import deformable_conv2d  # noqa: F401
+from paddlejax.ops.detection import multiclass_nms, roi_align, yolo_box  # noqa: F401
 from paddlejax.ops.fp8 import fp8_linear, quantize_fp8  # noqa: F401
 from paddlejax.ops.hashing import hash_bucket  # noqa: F401
-from paddlejax.ops.loss import cross_entropy, nll_loss  # noqa: F401
+from paddlejax.ops.loss import cross_entropy, nll_loss, sigmoid_focal_loss  # noqa: F401
 from paddlejax.ops.moe import moe_ffn  # noqa: F401
-from paddlejax.ops.math import (elementwise_add, elementwise_div, elementwise_max, elementwise_min,  # noqa: F401
-                                elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear, matmul)
-from paddlejax.ops.norm import batch_norm, group_norm, layer_norm, sync_batch_norm  # noqa: F401
+from paddlejax.ops.math import (einsum, elementwise_add, elementwise_div, elementwise_max,  # noqa: F401
+                                elementwise_min, elementwise_mul, elementwise_pow, elementwise_sub, embedding, linear,
+                                matmul)
+from paddlejax.ops.sampling import grid_sample  # noqa: F401
+from paddlejax.ops.unfold import unfold  # noqa: F401
+from paddlejax.ops.norm import batch_norm, group_norm, layer_norm, spectral_norm, sync_batch_norm  # noqa: F401
 from paddlejax.ops.pool import adaptive_pool2d, pool2d  # noqa: F401
 from paddlejax.ops.pipeline import pipeline_stage  # noqa: F401
 from paddlejax.ops.quant import (abs_max, dequantize, fake_quantize, fake_quantize_asym,  # noqa: F401
@@ -28,6 +33,9 @@ from paddlejax.ops.random import dropout, split_key  # noqa: F401
 from paddlejax.ops.resize import interpolate  # noqa: F401
 from paddlejax.ops.rnn import gru, lstm  # noqa: F401
 from paddlejax.ops.reduce import reduce_max, reduce_mean, reduce_sum  # noqa: F401
+from paddlejax.ops.segment import segment_max, segment_mean, segment_min, segment_sum  # noqa: F401
+from paddlejax.ops.message_passing import send_u_recv, send_ue_recv, send_uv  # noqa: F401
 from paddlejax.ops.shape import cast, concat, pad, reshape, slice, split, transpose  # noqa: F401, A004
 from paddlejax.ops.sharding import sharding_constraint  # noqa: F401
 from paddlejax.ops.sharded_lookup import sparse_embedding  # noqa: F401
+from paddlejax.ops.video import temporal_shift  # noqa: F401

@@ -1,4 +1,5 @@
-"""Loss ops: softmax cross_entropy (Paddle's ``F.cross_entropy``) and nll_loss.
+"""Loss ops: softmax cross_entropy (Paddle's ``F.cross_entropy``), nll_loss and
+sigmoid_focal_loss.
 
 Hard labels are integer class ids shaped like ``input`` without the class axis (or, for
 cross_entropy, with it kept as size 1, like Paddle's ``[N, 1]``); entries equal to
@@ -18,6 +19,12 @@ it averages over the counted entries.
 >>> float(nll_loss(jnp.log(jnp.array([[0.5, 0.5], [0.25, 0.75]])), jnp.array([0, 1]),
 ...                jnp.array([1.0, 3.0])))  # (1 * log 2 + 3 * log(4/3)) / (1 + 3)
 0.3890...
+
+``sigmoid_focal_loss`` sums by default, as Paddle's does:
+
+>>> from paddlejax.ops.loss import sigmoid_focal_loss
+>>> float(sigmoid_focal_loss(jnp.zeros(2), jnp.array([1.0, 0.0])))  # (0.25 + 0.75) * 0.5 ** 2 * log 2
+0.1732...
 """
 from __future__ import annotations
 
@@ -129,3 +136,32 @@ nll_loss = define(
             Input("weight", rank=1, dtype="float", optional=True)],
     attrs={"ignore_index": Attr("int", -100), "reduction": _REDUCTION},
     flops=lambda ins, outs, attrs: math.prod(ins[1]), traits=Traits(amp="black", reduction=True))
+
+
+def _sigmoid_focal_loss(logit, label, normalizer=None, *, alpha, gamma, reduction):
+    """Focal loss (Lin et al. 2017) of the binary ``logit`` against ``label`` (0 or 1, or soft,
+    same shape): ``alpha_t * (1 - p_t) ** gamma * bce``, divided by ``normalizer`` (a scalar or
+    ``[1]``, typically the count of positives), then reduced."""
+    op = "sigmoid_focal_loss"
+    if label.shape != logit.shape:
+        raise input_error(op, "label", f"the shape of 'logit' {tuple(logit.shape)}", tuple(label.shape))
+    if normalizer is not None and normalizer.size != 1:
+        raise input_error(op, "normalizer", "a scalar or shape (1,)", tuple(normalizer.shape))
+    x = logit.astype(jnp.promote_types(logit.dtype, jnp.float32))
+    y = label.astype(x.dtype)
+    bce = jnp.maximum(x, 0) - x * y + jnp.log1p(jnp.exp(-jnp.abs(x)))  # stable for large |x|
+    p = jax.nn.sigmoid(x)
+    p_t = p * y + (1 - p) * (1 - y)
+    loss = (alpha * y + (1 - alpha) * (1 - y)) * (1 - p_t) ** gamma * bce
+    if normalizer is not None:
+        loss = loss / normalizer.reshape(()).astype(x.dtype)
+    return _reduce(loss, loss.size, reduction).astype(logit.dtype)
+
+
+sigmoid_focal_loss = define(
+    "sigmoid_focal_loss", _sigmoid_focal_loss,
+    inputs=[Input("logit", dtype="float"), Input("label", dtype="float"),
+            Input("normalizer", rank=(0, 1), dtype="float", optional=True)],
+    attrs={"alpha": Attr("float", 0.25), "gamma": Attr("float", 2.0, minimum=0.0),
+           "reduction": Attr("str", "sum", choices=("mean", "sum", "none"))},
+    flops=lambda ins, outs, attrs: 12 * math.prod(ins[0]), traits=Traits(amp="black", reduction=True))

@@ -1,4 +1,4 @@
-"""Arithmetic ops: Paddle's elementwise binaries, linear, matmul and embedding.
+"""Arithmetic ops: Paddle's elementwise binaries, linear, matmul, embedding and einsum.
 
 >>> import jax.numpy as jnp
 >>> from paddlejax.ops.math import linear, elementwise_add
@@ -6,11 +6,15 @@
 (2, 4)
 >>> elementwise_add(jnp.ones((2, 1)), jnp.arange(3.0)).tolist()
 [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+>>> from paddlejax.ops.math import einsum
+>>> einsum(jnp.ones((2, 3)), jnp.ones((3, 4)), equation="ij,jk->ik").shape
+(2, 4)
 """
 from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 
 from paddlejax.ops.activation import fused_activation, fused_activation_attrs, nonnegative_act
@@ -138,3 +142,48 @@ def mask_padding(op: str, ids, rows, vocab: int, padding_idx: int | None):
 embedding = define("embedding", _embedding, inputs=[Input("ids", dtype="int"), Input("weight", rank=2, dtype="float")],
                    attrs={"padding_idx": Attr("int", None, optional=True)},
                    traits=Traits(channels="produced", channel_axis=lambda attrs, rank: rank - 1))
+
+
+def _einsum_output(equation: str) -> tuple[list[str], str]:
+    """The operands' subscripts and the output's, the output spelled out for an implicit equation
+    (numpy's rule: the broadcast axes, then the letters used once, in alphabetical order)."""
+    inputs, arrow, output = equation.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    if not arrow:
+        letters = [ch for term in terms for ch in term if ch.isalpha()]
+        output = ("..." if "..." in inputs else "") + "".join(sorted(ch for ch in set(letters)
+                                                                     if letters.count(ch) == 1))
+    return terms, output
+
+
+def _einsum(*operands, equation):
+    """Einstein summation over ``operands`` as ``equation`` spells it (``"bij,bjk->bik"``;
+    ``...`` for broadcast axes; without ``->``, numpy's implicit output)."""
+    terms, _ = _einsum_output(equation)
+    if len(terms) != len(operands):
+        raise attr_error("einsum", "equation", f"one subscript per operand ({len(operands)} operands)", equation)
+    try:
+        return jnp.einsum(equation, *operands)
+    except ValueError as e:
+        shapes = ", ".join(str(tuple(o.shape)) for o in operands)
+        raise attr_error("einsum", "equation", f"subscripts that fit the operands' shapes ({shapes}): {e}",
+                         equation) from None
+
+
+def _einsum_flops(in_shapes, out_shapes, attrs):
+    """FLOPs of the contraction order jnp.einsum takes (a multiply-add counts 2)."""
+    structs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in in_shapes]
+    return int(jnp.einsum_path(attrs["equation"], *structs)[1].opt_cost)
+
+
+def _einsum_couples_batch(attrs) -> bool:
+    """Whether the output's leading axis mixes the operands' leading axes: it does unless every
+    operand either leads with the output's first subscript or lacks it (a broadcast weight)."""
+    terms, output = _einsum_output(attrs["equation"])
+    lead = "..." if output.startswith("...") else output[:1]
+    return not lead or not all(term.startswith(lead) or lead not in term for term in terms)
+
+
+einsum = define("einsum", _einsum, inputs=[Input("operands", variadic=True)],
+                attrs={"equation": Attr("str")}, flops=_einsum_flops,
+                traits=Traits(amp="white", batch_coupled=_einsum_couples_batch, saved_for_backward=("operands",)))

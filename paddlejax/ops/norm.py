@@ -1,4 +1,5 @@
-"""Normalisation ops: batch_norm, sync_batch_norm, layer_norm, group_norm (Paddle semantics).
+"""Normalisation ops: batch_norm, sync_batch_norm, layer_norm, group_norm, spectral_norm (Paddle
+semantics).
 
 Statistics are computed in at least float32 and the result is cast back to the input dtype.
 
@@ -174,6 +175,40 @@ def _group_norm(x, weight=None, bias=None, *, groups, epsilon, data_format):
     return from_channels_last(out.astype(x.dtype), data_format)
 
 
+def _spectral_norm(weight, u, v, *, dim, power_iters, eps):
+    """``weight / sigma``, ``sigma`` the largest singular value of ``weight`` seen as an ``[h, w]``
+    matrix (``h = weight.shape[dim]``, that axis moved first, the rest flattened), estimated by
+    ``power_iters`` steps of power iteration from ``u [h]`` and ``v [w]``:
+    ``v = normalize(W^T u); u = normalize(W v)`` with ``normalize(x) = x / (|x| + eps)``, then
+    ``sigma = u^T W v``. Returns ``(out, u_out, v_out)``, the vectors after the iteration (with
+    ``power_iters=0``, ``u`` and ``v`` as given), for the caller to keep for the next call.
+
+    As in Paddle's kernel, gradients treat ``u`` and ``v`` as constants: ``weight`` gets
+    ``(g - (sum(g * W) / sigma) u v^T) / sigma`` for an output gradient ``g``, the vectors none.
+    """
+    axis = norm_axis("spectral_norm", "dim", dim, weight.ndim)
+    mat = jnp.moveaxis(weight, axis, 0).astype(_stat_dtype(weight))
+    mat = mat.reshape(mat.shape[0], -1)
+    _check_shape("spectral_norm", "u", u, mat.shape[:1])
+    _check_shape("spectral_norm", "v", v, mat.shape[1:])
+    us, vs = u.astype(mat.dtype), v.astype(mat.dtype)
+    for _ in range(power_iters):
+        vs = mat.T @ us
+        vs = vs / (jnp.linalg.norm(vs) + eps)
+        us = mat @ vs
+        us = us / (jnp.linalg.norm(us) + eps)
+    us, vs = lax.stop_gradient(us), lax.stop_gradient(vs)
+    sigma = us @ (mat @ vs)
+    return (weight / sigma).astype(weight.dtype), us.astype(u.dtype), vs.astype(v.dtype)
+
+
+def _spectral_norm_flops(in_shapes, out_shapes, attrs):
+    """Two multiply-adds per weight element for each matrix-vector product (two per power
+    iteration, one for sigma), and the division."""
+    size = math.prod(in_shapes[0])
+    return 2 * size * (2 * attrs.get("power_iters", 1) + 1) + size
+
+
 def _norm_flops(in_shapes, out_shapes, attrs):
     """About five FLOPs per output element (subtract, square, scale, shift, plus statistics)."""
     return 5 * math.prod(out_shapes[0])
@@ -226,3 +261,11 @@ group_norm = define(
     attrs={"groups": Attr("int", minimum=1), "epsilon": Attr("float", 1e-5, minimum=0),
            "data_format": Attr("str", "NCHW", choices=_NORM_LAYOUTS)},
     flops=_norm_flops, traits=Traits(amp="norm", layout_sensitive=True, channels="identity"))
+spectral_norm = define(
+    "spectral_norm", _spectral_norm,
+    inputs=[Input("weight", rank=(2, 3, 4, 5), **_float), Input("u", rank=1, state=True, **_float),
+            Input("v", rank=1, state=True, **_float)],
+    attrs={"dim": Attr("int", 0), "power_iters": Attr("int", 1, minimum=0), "eps": Attr("float", 1e-12, minimum=0)},
+    outputs=("out", "u_out", "v_out"),
+    # norms, and a division by a sum of products: computed in float32 under AMP
+    flops=_spectral_norm_flops, traits=Traits(amp="black"))

@@ -85,13 +85,23 @@ class TrainState:
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
             trained, extra = keep(trained, (self.params, self.opt, self.merge)), keep(extra, self.extra)
         params, opt, merge = trained
-        ema = self.ema
-        if ema_decay:
-            t = self.step.astype(jnp.float32)
-            decay = jnp.minimum(ema_decay, (1 + t) / (10 + t))
-            ema = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema, params)
+        ema = moving_average(self.ema, params, ema_decay, self.step) if ema_decay else self.ema
         return self.replace(params=params, extra=extra, opt=opt, merge=merge, ema=ema, loss_scale=new_scale,
                             step=self.step + 1)
+
+
+def moving_average(average, params, decay: float, step: jax.Array):
+    """``average`` moved toward ``params`` after step ``step`` (counted from 0) by Paddle's
+    ``ExponentialMovingAverage`` rule, with its warm-up: ``d = min(decay, (1 + t) / (10 + t))``,
+    then ``d * average + (1 - d) * params``, leaf by leaf.
+
+    >>> import jax.numpy as jnp
+    >>> moving_average({"w": jnp.zeros(1)}, {"w": jnp.ones(1)}, 0.99, jnp.int32(0))["w"].tolist()  # d = 0.1
+    [0.8999999761581421]
+    """
+    t = jnp.asarray(step).astype(jnp.float32)
+    d = jnp.minimum(decay, (1 + t) / (10 + t))
+    return jax.tree.map(lambda e, p: d * e + (1 - d) * p, average, params)
 
 
 def learning_rate(opt) -> float | None:

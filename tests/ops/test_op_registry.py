@@ -9,14 +9,18 @@ import pytest
 import paddlejax.ops as ops
 
 OP_NAMES = {
-    "conv2d", "depthwise_conv2d", "conv2d_transpose", "batch_norm", "layer_norm", "group_norm", "linear",
-    "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div", "elementwise_max",
+    "conv2d", "depthwise_conv2d", "conv2d_transpose", "batch_norm", "layer_norm", "group_norm", "spectral_norm",
+    "linear", "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div", "elementwise_max",
     "elementwise_min", "elementwise_pow", "embedding", "relu", "relu6", "gelu", "sigmoid", "tanh", "silu",
     "leaky_relu", "hard_swish", "hard_sigmoid", "softmax", "log_softmax", "pool2d", "cross_entropy", "dropout", "reshape",
     "transpose", "concat", "split", "slice", "pad", "cast", "reduce_sum", "reduce_mean", "reduce_max",
     "scaled_dot_product_attention", "lstm", "gru", "split_key", "adaptive_pool2d",
     "fake_quantize", "fake_quantize_asym", "quantize", "dequantize", "quantized_linear", "quantized_matmul",
     "quantized_conv2d", "weight_only_linear", "conv1d", "conv3d", "interpolate", "prelu", "nll_loss",
+    "segment_sum", "segment_mean", "segment_max", "segment_min", "send_u_recv", "send_ue_recv", "send_uv",
+    "temporal_shift",
+    "deformable_conv2d", "roi_align", "multiclass_nms", "yolo_box", "sigmoid_focal_loss", "unfold", "einsum",
+    "grid_sample",
 }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +16,10 @@ from jax.sharding import Mesh, PartitionSpec as P
 from jax.test_util import check_grads
 
 import paddlejax.ops as ops
+
+sys.path.insert(0, str(Path(__file__).parent))  # the detection ops' loop references beside this file
+from detection_reference import (np_deform_conv, np_grid_sample, np_roi_align, np_sigmoid_focal_loss,  # noqa: E402
+                                 np_unfold, np_yolo_box, padded_nms, python_multiclass_nms)
 
 _rng = np.random.default_rng(0)
 
@@ -199,6 +205,16 @@ def np_group_norm(x, groups, w, b):
     return y * w.reshape(shape) + b.reshape(shape)
 
 
+def np_spectral_norm(w, u, v, dim=0, iters=0, eps=1e-12):
+    """(w / sigma, u, v) after ``iters`` power iterations on w with ``dim`` first, flattened to 2-D, in float64."""
+    mat = np.moveaxis(w.astype(np.float64), dim, 0).reshape(w.shape[dim], -1)
+    u, v = u.astype(np.float64), v.astype(np.float64)
+    for _ in range(iters):
+        v = mat.T @ u / (np.linalg.norm(mat.T @ u) + eps)
+        u = mat @ v / (np.linalg.norm(mat @ v) + eps)
+    return w / (u @ mat @ v), u, v
+
+
 def np_adaptive_pool(x, out, kind):
     """NCHW adaptive pooling over Paddle's bins [floor(i*n/out), ceil((i+1)*n/out)); None keeps a size."""
     h, w = x.shape[2:]
@@ -245,6 +261,36 @@ def np_rnn(cell, x, state, w_ih, w_hh, b_ih, b_hh, lengths=None, reverse=False):
     return (out, *(np.stack(f) for f in zip(*finals)))
 
 
+def np_segment(data, ids, n, reduce):
+    """Rows of ``data`` reduced per segment ``0 .. n - 1``, one segment at a time; 0 for an empty one."""
+    out = np.zeros((n,) + data.shape[1:])
+    for s in range(n):
+        if (ids == s).any():
+            out[s] = getattr(np, reduce)(data[ids == s].astype(np.float64), axis=0)
+    return out
+
+
+def np_message(x, y, src, dst, op):
+    """Per-edge messages ``x[src] <op> y`` (``y`` already one row per edge)."""
+    return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op](x[src], y)
+
+
+def np_temporal_shift(x, seg_num, ratio=0.25, nhwc=False):
+    """Paddle's CPU kernel, one frame and channel at a time: channel c of frame t reads frame
+    t - 1 (c < c1), t + 1 (c < c2) or t of its clip, zero outside it; c1, c2 truncated float32 products."""
+    y = x.transpose(0, 3, 1, 2) if nhwc else x
+    c = y.shape[1]
+    c1, c2 = int(np.float32(c) * np.float32(ratio)), int(np.float32(2 * c) * np.float32(ratio))
+    out = np.zeros_like(y)
+    for i in range(y.shape[0]):
+        t = i % seg_num
+        for ch in range(c):
+            src = t - 1 if ch < c1 else t + 1 if ch < c2 else t
+            if 0 <= src < seg_num:
+                out[i, ch] = y[i - t + src, ch]
+    return out.transpose(0, 2, 3, 1) if nhwc else out
+
+
 # ---------------------------------------------------------------------------------------
 # The table
 
@@ -274,6 +320,17 @@ xs, lens = rand(2, 4, 3), np.array([4, 2], np.int32)
 h0s, c0s = rand(2, 5), rand(2, 5)
 lstm_w = (rand(20, 3), rand(20, 5), rand(20), rand(20))
 gru_w = (rand(15, 3), rand(15, 5), rand(15), rand(15))
+# detection and sampling, drawn from a generator of their own so the draws above stay as they were
+_det = np.random.default_rng(1)
+det_x, det_w = _det.normal(size=(2, 4, 6, 5)).astype(np.float32), _det.normal(size=(6, 2, 3, 3)).astype(np.float32)
+det_offset = (1.5 * _det.normal(size=(2, 36, 3, 3))).astype(np.float32)
+det_mask = _det.random((2, 18, 3, 3), np.float32)
+roi_boxes = np.array([[1, 2, 9, 11], [-3, -2, 5, 4], [4, 1, 13.5, 12], [0, 0, 30, 20]], np.float32)
+grid = _det.uniform(-1.3, 1.3, (2, 3, 4, 2)).astype(np.float32)
+yolo_head, yolo_size = _det.normal(size=(2, 16, 3, 4)).astype(np.float32), np.array([[40, 50], [30, 60]], np.int32)
+nms_boxes = np.concatenate([_det.uniform(0, 1, (2, 6, 2)), _det.uniform(1, 1.5, (2, 6, 2))], -1).astype(np.float32)
+nms_scores = _det.random((2, 3, 6), np.float32).round(1)  # rounded: ties
+NMS = dict(score_threshold=0.15, nms_top_k=4, keep_top_k=5, nms_threshold=0.4)
 
 CASES = [
     # conv
@@ -334,6 +391,11 @@ CASES = [
     case(ops.group_norm, (x_img.transpose(0, 2, 3, 1), gw, gb),
          lambda x, w, b: np_group_norm(x.transpose(0, 3, 1, 2), 4, w, b).transpose(0, 2, 3, 1),
          {"groups": 4, "data_format": "NHWC"}, diff=(0, 1, 2), tol=1e-4, id="nhwc"),
+    # gradients treat u and v as constants: exact without power iteration, which is checked without gradients
+    case(ops.spectral_norm, (rand(4, 3, 2), rand(4), rand(6)), np_spectral_norm, {"power_iters": 0},
+         batched=(0, 1), tol=1e-4),
+    case(ops.spectral_norm, (rand(4, 3, 2), rand(3), rand(8)), lambda *a: np_spectral_norm(*a, dim=1, iters=3),
+         {"dim": 1, "power_iters": 3}, diff=(), batched=(0, 2), tol=1e-4, id="dim1-iterated"),
     # math
     case(ops.linear, (rand(2, 3, 4), rand(4, 5), rand(5)), lambda x, w, b: x @ w + b, diff=(0, 1, 2), tol=1e-5),
     case(ops.matmul, (rand(2, 3, 4), rand(4, 5)), lambda x, y: x @ y, diff=(0, 1)),
@@ -450,6 +512,65 @@ CASES = [
          batched=(0, 1, 2, 3), id="causal-boolmask"),
     case(ops.scaled_dot_product_attention, (q, k, v, rand(3, 5)), np_attention, diff=(0, 1, 2, 3),
          batched=(0, 1, 2), id="additive"),
+    # detection and sampling
+    case(ops.deformable_conv2d, (det_x, det_offset, det_w, det_mask, rand(6)),
+         lambda *a: np_deform_conv(*a, (2, 2), (1, 1), (1, 1), 2, 2),
+         {"stride": 2, "padding": 1, "deformable_groups": 2, "groups": 2}, diff=(0, 1, 2, 3, 4), batched=(0, 1, 3),
+         tol=1e-4),
+    case(ops.deformable_conv2d, (det_x, 2 * rand(2, 12, 8, 6), rand(3, 4, 3, 2)),
+         lambda x, o, w: np_deform_conv(x, o, w, padding=(3, 1), dilation=(2, 1)),
+         {"padding": (3, 1), "dilation": (2, 1)}, diff=(0, 1, 2), batched=(0, 1), tol=1e-4, id="v1-dilated"),
+    case(ops.roi_align, (rand(2, 3, 6, 7), roi_boxes, np.array([2, 2], np.int32)),
+         lambda x, b, n: np_roi_align(x, b, n, (2, 3), 0.5), {"output_size": (2, 3), "spatial_scale": 0.5},
+         batched=(0, 1, 2)),
+    case(ops.roi_align, (rand(2, 3, 6, 7), roi_boxes, np.array([2, 2], np.int32)),
+         lambda x, b, n: np_roi_align(x, b, n, (3, 2), 0.5, 2, False),
+         {"output_size": (3, 2), "spatial_scale": 0.5, "sampling_ratio": 2, "aligned": False}, batched=(0, 1, 2),
+         id="ratio2-unaligned"),
+    case(ops.grid_sample, (rand(2, 3, 5, 4), grid), np_grid_sample, diff=(0, 1), batched=(0, 1)),
+    case(ops.grid_sample, (rand(2, 3, 5, 4), grid),
+         lambda x, g: np_grid_sample(x, g, "bilinear", "reflection", False),
+         {"padding_mode": "reflection", "align_corners": False}, diff=(0, 1), batched=(0, 1), id="reflection"),
+    case(ops.grid_sample, (rand(2, 3, 5, 4), grid), lambda x, g: np_grid_sample(x, g, "nearest", "border"),
+         {"mode": "nearest", "padding_mode": "border"}, batched=(0, 1), id="nearest-border"),
+    case(ops.yolo_box, (yolo_head, yolo_size), lambda x, s: np_yolo_box(x, s, (10, 13, 16, 30), 3, 0.4, 8),
+         {"anchors": (10, 13, 16, 30), "class_num": 3, "conf_thresh": 0.4, "downsample_ratio": 8}, batched=(0, 1),
+         tol=1e-4),
+    case(ops.unfold, (rand(2, 3, 5, 6),), lambda x: np_unfold(x, (2, 3), (2, 1), (1, 0, 0, 2), (1, 2)),
+         {"kernel_sizes": (2, 3), "strides": (2, 1), "paddings": (1, 0, 0, 2), "dilations": (1, 2)}),
+    case(ops.einsum, (rand(2, 3, 4), rand(2, 4, 5)), lambda a, b: np.einsum("bij,bjk->bik", a, b),
+         {"equation": "bij,bjk->bik"}, diff=(0, 1), batched=(0, 1)),
+    case(ops.einsum, (rand(2, 3, 4), rand(4, 5)), lambda a, w: np.einsum("...ij,jk", a, w), {"equation": "...ij,jk"},
+         diff=(0, 1), id="implicit"),
+    case(ops.sigmoid_focal_loss, (3 * rand(4, 5), rand(4, 5, low=0.0), rand(1, low=2.0)), np_sigmoid_focal_loss,
+         diff=(0, 1, 2), batched=(0, 1)),
+    case(ops.sigmoid_focal_loss, (3 * rand(4, 5), (rand(4, 5) > 0).astype(np.float32)),
+         lambda x, y: np_sigmoid_focal_loss(x, y, alpha=0.5, gamma=1.5, reduction="none"),
+         {"alpha": 0.5, "gamma": 1.5, "reduction": "none"}, batched=(0, 1), id="none"),
+    # selection: no gradient to check
+    case(ops.multiclass_nms, (nms_boxes, nms_scores), lambda b, s: padded_nms(python_multiclass_nms(b, s, **NMS), 5),
+         NMS, diff=(), batched=(0, 1)),
+    # segment reductions (segments 2 and 4 empty) and message passing (node 4 receives nothing)
+    *[case(op, (rand(6, 3), np.array([0, 0, 1, 3, 3, 3], np.int32)), lambda d, i, r=r: np_segment(d, i, 5, r),
+           {"num_segments": 5}, batched=(0, 1))
+      for op, r in [(ops.segment_sum, "sum"), (ops.segment_mean, "mean"), (ops.segment_max, "max"),
+                    (ops.segment_min, "min")]],
+    case(ops.segment_max, (ints(9, 6, 2) - 4, np.array([0, 2, 2, 2, 3, 3], np.int32)),
+         lambda d, i: np_segment(d, i, 4, "max"), {"num_segments": 4}, diff=(), batched=(0, 1), id="int"),
+    *[case(ops.send_u_recv, (rand(5, 3), ints(5, 8), ints(4, 8)), lambda x, s, d, r=r: np_segment(x[s], d, 6, r),
+           {"reduce_op": r, "out_size": 6}, batched=(1, 2), id=r) for r in ("sum", "mean", "max", "min")],
+    case(ops.send_ue_recv, (rand(5, 3), rand(8, 1), ints(5, 8), ints(4, 8)),
+         lambda x, y, s, d: np_segment(np_message(x, y, s, d, "mul"), d, 5, "mean"),
+         {"message_op": "mul", "reduce_op": "mean"}, diff=(0, 1), batched=(1, 2, 3)),
+    case(ops.send_ue_recv, (rand(5, 3), rand(8, 3), ints(5, 8), ints(4, 8)),
+         lambda x, y, s, d: np_segment(np_message(x, y, s, d, "sub"), d, 5, "max"),
+         {"message_op": "sub", "reduce_op": "max"}, diff=(0, 1), batched=(1, 2, 3), id="sub-max"),
+    case(ops.send_uv, (rand(5, 3), rand(4, 3, low=1.0), ints(5, 8), ints(4, 8)),
+         lambda x, y, s, d: np_message(x, y[d], s, d, "div"), {"message_op": "div"}, diff=(0, 1), batched=(2, 3)),
+    # video: one clip per shard; 6 channels at 0.25 shift 1 back and int(3.0) - 1 = 2 forward
+    case(ops.temporal_shift, (rand(4, 6, 2, 3),), lambda x: np_temporal_shift(x, 2), {"seg_num": 2}),
+    case(ops.temporal_shift, (rand(6, 2, 3, 8),), lambda x: np_temporal_shift(x, 3, 0.125, nhwc=True),
+         {"seg_num": 3, "shift_ratio": 0.125, "data_format": "NHWC"}, id="nhwc"),
 ]
 
 

@@ -119,6 +119,7 @@ def _layout_ops():
         "prelu": lambda x: ops.prelu(x - 1.0, f(3)),
         "quantized_conv2d": lambda x: ops.quantized_conv2d(ops.quantize(x, f(), bits=8), w8, f(), f(4), padding=1),
         "weight_only_conv2d": lambda x: ops.weight_only_conv2d(x, w8, f(4), bits=8),
+        "temporal_shift": lambda x: ops.temporal_shift(x, seg_num=2, shift_ratio=0.34),  # a channel each way
     }
 
 
