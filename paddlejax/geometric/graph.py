@@ -186,14 +186,15 @@ class Graph:
         return neighbours, pointers
 
     def to_sparse(self, weight: str | None = None):
-        """The adjacency matrix as a ``jax.experimental.sparse.BCOO`` ``[num_nodes, num_nodes]``:
-        entry ``[u, v]`` counts the edges ``u -> v`` (or sums the edge feature ``weight`` over
-        them), so summing received source features is ``A.T @ x``.
+        """The adjacency matrix as a :class:`paddlejax.sparse.SparseCooTensor` ``[num_nodes,
+        num_nodes]``: entry ``[u, v]`` counts the edges ``u -> v`` (or sums the edge feature
+        ``weight`` over them), so summing received source features is ``A.T @ x``; the layers
+        of :mod:`paddlejax.nn.graph_conv` take it in place of the edges.
 
-        >>> Graph([[0, 1], [0, 1], [1, 2]]).to_sparse().todense().tolist()
+        >>> Graph([[0, 1], [0, 1], [1, 2]]).to_sparse().to_dense().tolist()
         [[0.0, 2.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
         """
-        from jax.experimental import sparse
+        from paddlejax import sparse
 
         if weight is None:
             data = jnp.ones(self.num_edges, jnp.float32)
@@ -202,7 +203,7 @@ class Graph:
         else:
             raise ValueError(f"Graph.to_sparse: weight expects the name of a 1-D edge feature "
                              f"({sorted(self.edge_feat)}), got {weight!r}")
-        return sparse.BCOO((data, jnp.asarray(self.edges)), shape=(self.num_nodes, self.num_nodes))
+        return sparse.sparse_coo_tensor(jnp.asarray(self.edges).T, data, [self.num_nodes, self.num_nodes])
 
     @classmethod
     def from_networkx(cls, graph, node_attrs=(), edge_attrs=()) -> Graph:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import paddlejax as pj
 import paddlejax.nn as nn
 
 rng = np.random.default_rng(0)
@@ -48,6 +49,27 @@ def test_gcn_without_loops_or_normalisation():
     a = incoming(DIRECTED, N, loops=False)
     d = np.diag(np.maximum(a.sum(1), 1) ** -0.5)  # node without in-edges: scaled as if it had one
     np.testing.assert_allclose(loopless(X, DIRECTED), d @ a @ d @ X @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{}, {"add_self_loops": False}, {"norm": False}])
+def test_gcn_on_a_sparse_adjacency_equals_the_edges_form_and_learns_edge_weights(options):
+    nn.seed(0)
+    conv = nn.GCNConv(4, 3, **options)
+    adjacency = pj.geometric.Graph(DIRECTED, num_nodes=N).to_sparse()  # a loop and a double edge
+    np.testing.assert_allclose(jax.jit(conv)(X, adjacency), conv(X, DIRECTED), rtol=1e-5, atol=1e-5)
+    # weighted edges: the dense formula with the weighted adjacency, weighted degrees too
+    weights = jnp.asarray(rng.uniform(0.5, 2.0, len(DIRECTED)), jnp.float32)
+    weighted = pj.sparse.sparse_coo_tensor(DIRECTED.T, weights, [N, N])
+    a = np.zeros((N, N))
+    np.add.at(a, (DIRECTED[:, 1], DIRECTED[:, 0]), np.asarray(weights))
+    a += 0.0 if options.get("add_self_loops") is False else np.eye(N)
+    d = np.diag(np.maximum(a.sum(1), 1) ** -0.5) if options.get("norm", True) else np.eye(N)
+    want = d @ a @ d @ X @ np.asarray(conv.weight[...]) + np.asarray(conv.bias[...])
+    np.testing.assert_allclose(conv(X, weighted), want, rtol=1e-5, atol=1e-5)
+    grad = jax.grad(lambda w: conv(X, weighted.with_values(w)).sum())(weights)
+    assert grad.shape == weights.shape and bool(jnp.all(jnp.isfinite(grad))) and float(jnp.abs(grad).max()) > 0
+    with pytest.raises(ValueError, match=r"GCNConv: argument 'edges' expects an \[E, 2\] int array or a sparse adjacency \[6, 6\]"):
+        conv(X, pj.sparse.sparse_coo_tensor(DIRECTED.T, weights, [N + 1, N + 1]))
 
 
 def np_gat(conv, x, edges, leaky=0.2):
