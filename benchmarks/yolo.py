@@ -2,12 +2,18 @@
 
 ``pj.data.Shapes`` draws rectangles, circles and triangles of random colours and sizes on noise
 (64x64 pixels, 1 to 4 objects an image); the anchors are fitted to the training boxes by k-means
-(``paddlejax.boxes.kmeans_anchors``). The model (``yolov3_tiny``, channels scaled by
-``--width``; ``--dcn`` makes the deepest 3x3 convolutions deformable) trains through
+(``paddlejax.boxes.kmeans_anchors``). The model (``yolov3_tiny`` at ``output_stride=16``: grids
+of 8x8 and 4x4 for these small images; channels scaled by ``--width``; ``--dcn`` makes the
+deepest 3x3 convolutions deformable) trains through
 ``pj.Trainer`` (Adam with warm-up and cosine decay) until ``--minutes`` run out or
 ``--epochs`` end, and is scored on held-out images with the VOC rules (``DetectionMAP``:
 mAP@0.5, area under the interpolated precision-recall curve, and the 11-point form). A figure
 of held-out images with the detected boxes is written to ``--out``.
+
+Measured (2-core AMD EPYC, jax 0.10.2, the defaults: width 0.5, 2.2 M parameters, 4,000 training
+images, 40 epochs = 5,000 steps in 9.0 minutes, compilation included): held-out mAP@0.5 0.898
+(11-point 0.876; AP rectangle 0.918, circle 0.909, triangle 0.866). At the standard strides (32
+and 16; 4x4 and 2x2 grids) the same 9 minutes reached 0.390: cells four times the objects' area.
 
     python benchmarks/yolo.py               # under ten minutes on 2 CPU cores
     python benchmarks/yolo.py --quick       # a smoke test
@@ -35,7 +41,9 @@ def train(images, targets, size: int, width: float, dcn: bool, epochs: int, minu
     valid = targets[..., 0] >= 0
     anchors = kmeans_anchors((targets[..., 3:5] - targets[..., 1:3])[valid], 6)
     pj.nn.seed(0)
-    model = yolov3_tiny(Shapes.num_classes, anchors=anchors, width=width, dcn=dcn)
+    # 64-pixel images: the tiny backbone one max pooling short, so its grids (8x8 and 4x4) have
+    # cells about the size of the objects, as 416-pixel COCO images have at strides 16 and 32
+    model = yolov3_tiny(Shapes.num_classes, anchors=anchors, width=width, dcn=dcn, output_stride=16)
     steps = epochs * (len(images) // batch)
     warmup = max(1, min(200, steps // 10))
     schedule = optax.warmup_cosine_decay_schedule(1e-4, 2e-3, warmup, max(steps, warmup + 1), 1e-5)

@@ -72,6 +72,14 @@ def _check_labels(model: str, labels, num_classes: int, n: int):
     return labels
 
 
+def _check_sides(owner: str, x, channels: int, option: str, halvings: int) -> None:
+    """An NCHW image of ``channels`` whose sides survive ``halvings`` halvings (``option``)."""
+    check_image(owner, x, "NCHW", channels)
+    step = 2 ** halvings
+    if x.shape[2] % step or x.shape[3] % step:
+        raise ValueError(f"{owner}: input 'x' expects height and width multiples of {step} "
+                         f"({option}={halvings}), got {tuple(x.shape)}")
+
 class DCGANGenerator(nn.Layer):
     """DCGAN's generator (PaddleGAN's ``DCGenerator``): noise ``z [N, latent_dim]`` (with
     ``num_classes > 0``, concatenated with an ``embed_dim`` embedding of ``labels [N]``, default
@@ -230,11 +238,7 @@ class Pix2PixGenerator(nn.Layer):
         self.downs, self.ups = nn.LayerList(downs), nn.LayerList(ups)
 
     def forward(self, x):
-        check_image("Pix2PixGenerator", x, "NCHW", self.in_channels)
-        step = 2 ** self.num_downs
-        if x.shape[2] % step or x.shape[3] % step:
-            raise ValueError(f"Pix2PixGenerator: input 'x' expects height and width multiples of {step} "
-                             f"(num_downs={self.num_downs}), got {tuple(x.shape)}")
+        _check_sides("Pix2PixGenerator", x, self.in_channels, "num_downs", self.num_downs)
         skips = []
         for down in self.downs:
             x = down(x)
@@ -341,9 +345,5 @@ class CycleGANGenerator(nn.Layer):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x):
-        check_image("CycleGANGenerator", x, "NCHW", self.in_channels)
-        step = 2 ** self.n_downsampling
-        if x.shape[2] % step or x.shape[3] % step:
-            raise ValueError(f"CycleGANGenerator: input 'x' expects height and width multiples of {step} "
-                             f"(n_downsampling={self.n_downsampling}), got {tuple(x.shape)}")
+        _check_sides("CycleGANGenerator", x, self.in_channels, "n_downsampling", self.n_downsampling)
         return self.net(x)

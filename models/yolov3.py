@@ -97,6 +97,7 @@ class DarkNet53(nn.Layer):
             cin = cout
         self.stages = nn.LayerList(stages)
         self.channels = (c(256), c(512), c(1024))
+        self.strides = (8, 16, 32)
 
     def forward(self, x):
         x, outs = self.stem(x), []
@@ -108,26 +109,33 @@ class DarkNet53(nn.Layer):
 
 class TinyBackbone(nn.Layer):
     """YOLOv3-tiny's backbone: 3x3 convolutions of 16 to 1024 channels (times ``width``) with
-    2x2 max pooling between them; returns the features at strides 16 and 32.
+    2x2 max pooling between them; returns the features at strides 16 and 32, or at 8 and 16
+    with ``output_stride=16`` (one max pooling fewer: a grid twice as fine for small images).
 
     >>> import numpy as np
     >>> [f.shape for f in TinyBackbone(width=0.25)(np.zeros((1, 3, 64, 64), np.float32))]
     [(1, 64, 4, 4), (1, 256, 2, 2)]
+    >>> TinyBackbone(width=0.25, output_stride=16).strides
+    (8, 16)
     """
 
-    def __init__(self, width: float = 1.0, dcn: bool = False):
+    def __init__(self, width: float = 1.0, dcn: bool = False, output_stride: int = 32):
+        if output_stride not in (16, 32):
+            raise ValueError(f"TinyBackbone: output_stride expects 16 or 32, got {output_stride!r}")
         c = lambda n: max(8, int(n * width))  # noqa: E731
         chans = [c(16 * 2 ** i) for i in range(7)]
+        pools = 4 if output_stride == 32 else 3
         self.early = nn.Sequential(*[layer for i in range(5) for layer in
                                      (_conv(3 if i == 0 else chans[i - 1], chans[i]),
-                                      *([nn.MaxPool2D(2)] if i < 4 else []))])
-        # stride 32: pool, a 3x3 conv, a stride-1 pool (padded on the right and bottom), a 3x3 conv
+                                      *([nn.MaxPool2D(2)] if i < pools else []))])
+        # one stride more: pool, a 3x3 conv, a stride-1 pool (padded on the right and bottom), a 3x3 conv
         self.pool = nn.MaxPool2D(2)
         self.conv5 = _conv(chans[4], chans[5], dcn=dcn)
         self.pad = nn.Pad2D((0, 1, 0, 1), mode="replicate")
         self.pool_same = nn.MaxPool2D(2, stride=1)
         self.conv6 = _conv(chans[5], chans[6], dcn=dcn)
         self.channels = (chans[4], chans[6])
+        self.strides = (output_stride // 2, output_stride)
 
     def forward(self, x):
         c4 = self.early(x)
@@ -152,25 +160,31 @@ class _DetectionBlock(nn.Layer):
 class YOLOv3(nn.Layer):
     """YOLOv3 for ``num_classes`` classes; ``backbone`` ``"darknet53"`` (three scales) or
     ``"tiny"`` (two). ``anchors`` are ``(width, height)`` pixel pairs, smallest first, 3 per
-    scale (the backbone's :data:`COCO_ANCHORS` by default; :func:`paddlejax.boxes.kmeans_anchors` fits them to a data
-    set). ``width`` scales every layer's channels. The forward pass returns one raw
+    scale, rounded to whole pixels (the backbone's :data:`COCO_ANCHORS` by default;
+    :func:`paddlejax.boxes.kmeans_anchors` fits them to a data set). ``width`` scales every layer's channels; ``output_stride=16`` gives the tiny backbone a
+    grid twice as fine (strides 16 and 8) for small images. The forward pass returns one raw
     map per scale, deepest first: ``[N, 3 * (5 + num_classes), H / stride, W / stride]``;
     :meth:`loss` trains them, :meth:`detect` decodes them.
     """
 
     def __init__(self, num_classes: int, backbone: str = "darknet53", anchors: Sequence | None = None,
-                 width: float = 1.0, dcn: bool = False, ignore_thresh: float = 0.7, label_smooth: bool = False):
+                 width: float = 1.0, dcn: bool = False, ignore_thresh: float = 0.7, label_smooth: bool = False,
+                 output_stride: int = 32):
         if backbone not in ANCHOR_MASKS:
             raise ValueError(f"YOLOv3: backbone expects one of {list(ANCHOR_MASKS)}, got {backbone!r}")
         masks = ANCHOR_MASKS[backbone]
-        anchors = tuple(tuple(float(v) for v in a) for a in (COCO_ANCHORS[backbone] if anchors is None else anchors))
+        # whole pixels, as the yolo_box op takes them, so the loss and the decoding use the same
+        anchors = tuple(tuple(float(round(float(v))) for v in a)
+                        for a in (COCO_ANCHORS[backbone] if anchors is None else anchors))
         if len(anchors) != 3 * len(masks) or any(len(a) != 2 or min(a) <= 0 for a in anchors):
             raise ValueError(f"YOLOv3: the {backbone} backbone expects {3 * len(masks)} anchors of (width, height) > 0, "
                              f"got {anchors}")
         self.num_classes, self.anchors, self.masks = num_classes, anchors, masks
         self.ignore_thresh, self.label_smooth = ignore_thresh, label_smooth
-        self.backbone = DarkNet53(width, dcn) if backbone == "darknet53" else TinyBackbone(width, dcn)
-        self.strides = (8, 16, 32)[-len(masks):][::-1]
+        if backbone == "darknet53" and output_stride != 32:
+            raise ValueError(f"YOLOv3: output_stride {output_stride} is for the tiny backbone; DarkNet-53's is 32")
+        self.backbone = DarkNet53(width, dcn) if backbone == "darknet53" else TinyBackbone(width, dcn, output_stride)
+        self.strides = self.backbone.strides[::-1]
         feats = self.backbone.channels[::-1]
         out = 3 * (5 + num_classes)
         if backbone == "darknet53":
@@ -288,7 +302,7 @@ class YOLOv3(nn.Layer):
         size = jnp.full((n, 2), image_size, jnp.int32)
         boxes, scores = [], []
         for out, mask, stride in zip(outputs, self.masks, self.strides):
-            anchors = [int(v) for m in mask for v in self.anchors[m]]
+            anchors = [int(v) for m in mask for v in self.anchors[m]]  # whole pixels already
             b, s = ops.yolo_box(out, size, anchors=anchors, class_num=self.num_classes, conf_thresh=conf_thresh,
                                 downsample_ratio=stride, clip_bbox=True)
             boxes.append(b)

@@ -47,3 +47,20 @@ def require(module: str, *, extra: str, feature: str) -> ModuleType:
             raise  # the module is there but one of its own imports failed: that error says more
         raise ModuleNotFoundError(f"{feature} needs {DISTRIBUTIONS.get(top, top)}: "
                                   f"pip install 'paddlejax[{extra}]'", name=top) from None
+
+
+def new_figure(feature: str, **kwargs):
+    """A matplotlib ``Figure`` (``kwargs``: ``figsize``, ...) for ``feature`` to draw on and save,
+    made without pyplot: no global backend is switched and no figure is registered, so a
+    notebook's inline plots keep working and nothing needs closing. Without matplotlib the
+    error names the ``plot`` extra.
+
+    >>> fig = new_figure("an example", figsize=(2, 1))
+    >>> ax = fig.subplots()
+    >>> type(fig).__name__, fig.get_size_inches().tolist()
+    ('Figure', [2.0, 1.0])
+    """
+    require("matplotlib", extra="plot", feature=feature)
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)

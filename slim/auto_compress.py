@@ -40,6 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
+from paddlejax._extras import new_figure
 from paddlejax.ir.core import Program
 
 STRATEGIES = ("ptq", "prune_distill", "qat_distill", "prune_distill+ptq")
@@ -90,12 +91,8 @@ class CompressionResult:
 
     def plot(self, path: str | os.PathLike) -> None:
         """Speed-up against output drift, one point per candidate, the target as a line."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(5.5, 4))
+        fig = new_figure("CompressionResult.plot", figsize=(5.5, 4))
+        ax = fig.subplots()
         for c in self.candidates:
             ax.scatter(c.error, c.speedup, s=60 if c.name == self.chosen else 30)
             ax.annotate(c.name, (c.error, c.speedup), textcoords="offset points", xytext=(4, 4), fontsize=8)
@@ -106,7 +103,6 @@ class CompressionResult:
         ax.set_title("auto-compression candidates")
         fig.tight_layout()
         fig.savefig(path, dpi=120)
-        plt.close(fig)
 
 
 def load_samples(source, program: Program) -> list[np.ndarray]:

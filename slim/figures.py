@@ -17,15 +17,10 @@ def line_chart(draw: Callable, path: str, xlabel: str, ylabel: str, title: str, 
     """A 7x4.5 inch chart whose lines ``draw(ax)`` plots, with labels, a grid and a legend,
     written to ``path`` (PNG); returns ``path``. ``feature`` names the caller when matplotlib
     is missing."""
-    from paddlejax._extras import require
+    from paddlejax._extras import new_figure
 
-    require("matplotlib", extra="plot", feature=feature)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = new_figure(feature, figsize=(7, 4.5))
+    ax = fig.subplots()
     draw(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -34,5 +29,4 @@ def line_chart(draw: Callable, path: str, xlabel: str, ylabel: str, title: str, 
     ax.legend(fontsize=legend_size)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path

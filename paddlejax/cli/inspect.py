@@ -93,17 +93,13 @@ def _memory_report(prog, live, sizes, plot) -> None:
 
 
 def _plot(timeline, path, title) -> None:
-    from paddlejax._extras import require
+    from paddlejax._extras import new_figure
 
-    matplotlib = require("matplotlib", extra="plot", feature="inspect --plot")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig = new_figure("inspect --plot", figsize=(8, 3))
+    ax = fig.subplots()
     ax.step(range(len(timeline)), timeline, where="mid")
     ax.set_xlabel("op index")
     ax.set_ylabel("live activation bytes")
     ax.set_title(f"{title}: live memory per op")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)

@@ -48,7 +48,7 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from paddlejax._extras import require
+from paddlejax._extras import new_figure
 from paddlejax.static import set_mode
 from paddlejax.train.callbacks import Callback
 from paddlejax.train.history import History
@@ -290,10 +290,6 @@ def sample_grid(images, path: str, nrow: int | None = None, row_labels: Sequence
     >>> os.path.getsize(path) > 0
     True
     """
-    matplotlib = require("matplotlib", extra="plot", feature="sample_grid")
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     images = np.asarray(images, np.float32)
     if images.ndim != 4 or images.shape[1] not in (1, 3) or len(images) == 0:
         raise ValueError(f"sample_grid: images expects a non-empty [N, C, H, W] array with C 1 or 3, got shape "
@@ -311,7 +307,8 @@ def sample_grid(images, path: str, nrow: int | None = None, row_labels: Sequence
     for i, image in enumerate(scaled):
         r, col = divmod(i, nrow)
         grid[1 + r * (h + 1):(r + 1) * (h + 1), 1 + col * (w + 1):(col + 1) * (w + 1)] = image
-    fig, ax = plt.subplots(figsize=(max(2.0, 0.45 * nrow * w / 8), max(2.0, 0.45 * rows * h / 8)))
+    fig = new_figure("sample_grid", figsize=(max(2.0, 0.45 * nrow * w / 8), max(2.0, 0.45 * rows * h / 8)))
+    ax = fig.subplots()
     ax.imshow(grid[..., 0] if c == 1 else grid, cmap="gray" if c == 1 else None, vmin=0, vmax=1,
               interpolation="nearest")
     ax.set_xticks([])
@@ -323,5 +320,4 @@ def sample_grid(images, path: str, nrow: int | None = None, row_labels: Sequence
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

@@ -12,7 +12,7 @@ import collections
 import math
 import os
 
-from paddlejax._extras import require
+from paddlejax._extras import new_figure, require
 from paddlejax.train.callbacks import Callback
 from paddlejax.train.state import learning_rate
 
@@ -38,16 +38,13 @@ class History:
 
     def plot(self, path: str) -> str:
         """Write one panel per metric (train and eval curves over steps) to a PNG at ``path``."""
-        matplotlib = require("matplotlib", extra="plot", feature="History.plot")
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
         names = sorted({n for phase in ("train", "eval") for n in self.records.get(phase, {})} - {"lr"})
         if not names:
             raise ValueError("History.plot: nothing has been logged yet")
         cols = min(len(names), 3)
         rows = math.ceil(len(names) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
+        fig = new_figure("History.plot", figsize=(4.5 * cols, 3.4 * rows))
+        axes = fig.subplots(rows, cols, squeeze=False)
         for ax, name in zip(axes.flat, names):
             for phase, style in (("train", "-"), ("eval", "o-")):
                 steps, values = self.series(phase, name)
@@ -62,7 +59,6 @@ class History:
         fig.tight_layout()
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from paddlejax._extras import new_figure
 from paddlejax.ir.core import Program
 from paddlejax.passes.query import param_name
 from paddlejax.slim.pruning.groups import ChannelGraph
@@ -22,11 +23,9 @@ def plot_groups(program: Program, path: str | os.PathLike, max_ops: int = 80, ti
     whose channels its result carries (grey: none; hatched: frozen channels that cannot be
     pruned), with data-flow edges (skip connections curve aside) and a legend of the groups
     and their channel counts. Writes a PNG to ``path`` and returns it."""
+    fig = new_figure("plot_groups")  # first: without matplotlib the error names the extra
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, Patch
+    from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
     graph = ChannelGraph(program)
     groups = graph.groups()
@@ -34,15 +33,16 @@ def plot_groups(program: Program, path: str | os.PathLike, max_ops: int = 80, ti
     frozen = {graph.sets.find(i) for i in graph.frozen}
     ops = [op for op in program.body.ops if op.type not in ("param", "constant", "return")][:max_ops]
     row = {id(op): i for i, op in enumerate(ops)}
-    colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(7, 0.32 * len(ops) + 1.5))
+    colours = matplotlib.colormaps["tab10"]
+    fig.set_size_inches(7, 0.32 * len(ops) + 1.5)
+    ax = fig.subplots()
     for i, op in enumerate(ops):
         found = [graph.sets.find(int(x)) for _, ids in graph.tracked(op.results[0]) for x in ids if x >= 0] \
             if op.results else []
         member = next((root_group[r] for r in found if r in root_group), None)
         colour = colours(member % 10) if member is not None else "0.85"
         hatch = "///" if member is None and any(r in frozen for r in found) else None
-        ax.add_patch(plt.Rectangle((-1, -i - 0.35), 2, 0.7, facecolor=colour, hatch=hatch, edgecolor="0.3", lw=0.6))
+        ax.add_patch(Rectangle((-1, -i - 0.35), 2, 0.7, facecolor=colour, hatch=hatch, edgecolor="0.3", lw=0.6))
         weight = next((param_name(v) for v in op.operands if param_name(v) is not None), None)
         ax.text(0, -i, op.type + (f"  {weight}" if weight else ""), ha="center", va="center", fontsize=7)
         for v in op.operands:
@@ -65,5 +65,4 @@ def plot_groups(program: Program, path: str | os.PathLike, max_ops: int = 80, ti
     ax.set_title(title or f"{program.name}: channel groups", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return path

@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from paddlejax._extras import require
+from paddlejax._extras import new_figure
 from paddlejax.ir.core import Op, Program
 from paddlejax.lowering import bind_inputs, run_ops
 from paddlejax.passes import run as run_passes
@@ -110,15 +110,11 @@ def layer_errors(fp32: Program, int8: Program, inputs) -> list[LayerError]:
 
 def plot_layer_errors(errors: list[LayerError], path: str | os.PathLike, title: str = "") -> None:
     """A PNG bar chart of each layer's relative error, in program order."""
-    matplotlib = require("matplotlib", extra="plot", feature="plot_layer_errors")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(errors) + 2), 3.5))
+    fig = new_figure("plot_layer_errors", figsize=(max(4.0, 0.5 * len(errors) + 2), 3.5))
+    ax = fig.subplots()
     ax.bar(range(len(errors)), [100 * e.relative for e in errors], color="tab:orange")
     ax.set_xticks(range(len(errors)), [e.layer for e in errors], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("relative error of the output (%)")
     ax.set_title(title or "int8 vs fp32, per layer")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -41,19 +41,21 @@ def encode(model, rows, size):
     return [jnp.asarray(o.reshape(len(rows), -1, *o.shape[3:])) for o in outputs]
 
 
-@pytest.mark.parametrize("backbone, strides", [("tiny", (32, 16)), ("darknet53", (32, 16, 8))])
-def test_heads_predict_every_anchor_and_cell_of_each_scale(backbone, strides):
+@pytest.mark.parametrize("backbone, output_stride, strides", [("tiny", 32, (32, 16)), ("tiny", 16, (16, 8)),
+                                                               ("darknet53", 32, (32, 16, 8))])
+def test_heads_predict_every_anchor_and_cell_of_each_scale(backbone, output_stride, strides):
     pj.nn.seed(0)
-    model = YOLOv3(4, backbone, width=0.125)
+    model = YOLOv3(4, backbone, width=0.125, output_stride=output_stride)
     model.eval()
     outs = jax.eval_shape(model, jax.ShapeDtypeStruct((2, 3, SIZE, SIZE), jnp.float32))
     assert model.strides == strides
     assert [o.shape for o in outs] == [(2, 3 * 9, SIZE // s, SIZE // s) for s in strides]
 
 
-def test_detect_reads_back_the_boxes_the_loss_encodes():
+@pytest.mark.parametrize("output_stride", [32, 16])
+def test_detect_reads_back_the_boxes_the_loss_encodes(output_stride):
     pj.nn.seed(0)
-    model = yolov3_tiny(3, anchors=ANCHORS, width=0.25)
+    model = yolov3_tiny(3, anchors=ANCHORS, width=0.25, output_stride=output_stride)
     rows = targets()
     found, count = model.detect(encode(model, rows, SIZE), SIZE, conf_thresh=0.5)
     assert count.tolist() == [2, 1]
@@ -131,3 +133,7 @@ def test_bad_configurations_are_named():
         YOLOv3(3, "resnet")
     with pytest.raises(ValueError, match="the tiny backbone expects 6 anchors"):
         YOLOv3(3, "tiny", anchors=ANCHORS[:3])
+    with pytest.raises(ValueError, match="output_stride 16 is for the tiny backbone"):
+        YOLOv3(3, "darknet53", output_stride=16)
+    with pytest.raises(ValueError, match="output_stride expects 16 or 32"):
+        YOLOv3(3, "tiny", output_stride=8)

@@ -374,7 +374,17 @@ def test_tensorboard_events_and_curve_plot(tmp_path):
     eval_acc = [(s, v) for tag, s, v in records if tag == "eval/acc"]
     assert [s for s, _ in eval_acc] == [6, 12]
     assert eval_acc[-1][1] == pytest.approx(t.history.last("eval", "acc"))
-    png = t.plot(str(tmp_path / "curves.png"))
+    # drawing the PNG leaves the user's matplotlib as it was: a notebook's inline plots keep working
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        png = t.plot(str(tmp_path / "curves.png"))
+        assert matplotlib.get_backend() == "svg" and not plt.get_fignums()
+    finally:
+        matplotlib.use(before)
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
