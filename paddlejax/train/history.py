@@ -38,12 +38,13 @@ class History:
 
     def plot(self, path: str) -> str:
         """Write one panel per metric (train and eval curves over steps) to a PNG at ``path``."""
+        fig = new_figure("History.plot")  # first: without matplotlib the error names the extra
         names = sorted({n for phase in ("train", "eval") for n in self.records.get(phase, {})} - {"lr"})
         if not names:
             raise ValueError("History.plot: nothing has been logged yet")
         cols = min(len(names), 3)
         rows = math.ceil(len(names) / cols)
-        fig = new_figure("History.plot", figsize=(4.5 * cols, 3.4 * rows))
+        fig.set_size_inches(4.5 * cols, 3.4 * rows)
         axes = fig.subplots(rows, cols, squeeze=False)
         for ax, name in zip(axes.flat, names):
             for phase, style in (("train", "-"), ("eval", "o-")):
