@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paddlejax.data.datasets import Digits, _check_split
+from paddlejax.data.datasets import ArrayDataset, Digits, _check_split
 
 DIRECTIONS = ("right", "left", "down", "up")
 # (row, column) step of each direction; reversing a clip turns label k into k ^ 1
@@ -24,7 +24,7 @@ def _positive_int(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
-class MovingDigits:
+class MovingDigits(ArrayDataset):
     """Clips of ``num_frames`` frames in which one digit moves ``speed`` pixels per frame across
     a ``size`` x ``size`` black canvas, in a straight line; the label is the direction
     (:data:`DIRECTIONS`: 0 right, 1 left, 2 down, 3 up).
@@ -93,12 +93,6 @@ class MovingDigits:
         self.clips = clips if layout == "NCHW" else clips.transpose(0, 1, 3, 4, 2).copy()
         self.labels = np.stack([forward, forward + 1], axis=1).reshape(-1).astype(np.int32)
         self.digits = np.repeat(digits.labels[which], 2)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int32]:
-        return self.clips[index], self.labels[index]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(clips, labels)``, the whole split, in sample order."""

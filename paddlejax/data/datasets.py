@@ -38,7 +38,29 @@ def _stratified_split(owner: str, labels: np.ndarray, split: str, test_size: flo
     return train if split == "train" else test
 
 
-class Digits:
+class ArrayDataset:
+    """Map-style access to a data set held as aligned arrays: ``len(data)``, ``data[i]`` (the
+    ``i``-th row of each array of :meth:`arrays`, which a subclass defines) -- what
+    :class:`~paddlejax.data.DataLoader` needs.
+
+    >>> class Squares(ArrayDataset):
+    ...     def arrays(self):
+    ...         return np.arange(3), np.arange(3) ** 2
+    >>> len(Squares()), Squares()[2]
+    (3, (np.int64(2), np.int64(4)))
+    """
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self.arrays()[0])
+
+    def __getitem__(self, index: int) -> tuple:
+        return tuple(a[index] for a in self.arrays())
+
+
+class Digits(ArrayDataset):
     """scikit-learn's handwritten digits: 1,797 8x8 grey images of 0-9.
 
     ``split`` is ``"train"`` (1,437 images), ``"test"`` (360) or ``"all"``; the split is
@@ -67,12 +89,6 @@ class Digits:
         images = (digits.images[keep] / 16.0).astype(np.float32)
         self.images = images[:, None] if layout == "NCHW" else images[..., None]
         self.labels = labels[keep]
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int32]:
-        return self.images[index], self.labels[index]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(images, labels)``, the whole split, in sample order."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from paddlejax import ops
-from paddlejax.data.datasets import Digits
+from paddlejax.data.datasets import ArrayDataset, Digits
 
 
 def _check_size(owner: str, size) -> int:
@@ -59,7 +59,7 @@ def edge_map(images: np.ndarray) -> np.ndarray:
     return (windows.max(0) - windows.min(0) - 1).astype(images.dtype)
 
 
-class DigitImages:
+class DigitImages(ArrayDataset):
     """The digits as images for a generator to learn: ``images`` float32 ``[N, 1, size, size]``
     in [-1, 1] (see :func:`digit_images`) and int32 ``labels``; a sample is ``(image, label)``.
 
@@ -74,18 +74,12 @@ class DigitImages:
         self.split, self.size = split, _check_size("DigitImages", size)
         self.images, self.labels = digit_images(split, self.size)
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int32]:
-        return self.images[index], self.labels[index]
-
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(images, labels)``, the whole split."""
         return self.images, self.labels
 
 
-class DigitEdges:
+class DigitEdges(ArrayDataset):
     """Edge maps (:func:`edge_map`) and digits, both ``[N, 1, size, size]`` in [-1, 1]; a
     sample is ``(edges, digit)``.
 
@@ -114,12 +108,6 @@ class DigitEdges:
             half = len(digits) // 2
             a, b = order[:half], order[half:2 * half]
             self.edges, self.digits, self.labels = edge_map(digits[a]), digits[b], labels[b]
-
-    def __len__(self) -> int:
-        return len(self.digits)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.edges[index], self.digits[index]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(edges, digits)``, the whole set."""
