@@ -270,7 +270,7 @@ class YOLOv3(nn.Layer):
         scatter = lambda v, shape=(): jnp.zeros(grid + shape).at[where].set(v, mode="drop")  # noqa: E731
         obj_mask = scatter(1.0)
         t_xy, t_wh, t_w, t_cls = scatter(xy, (2,)), scatter(twh, (2,)), scatter(weight), scatter(onehot, (self.num_classes,))
-        bce = lambda logit, target: jnp.maximum(logit, 0) - logit * target + jnp.log1p(jnp.exp(-jnp.abs(logit)))  # noqa: E731
+        bce = functools.partial(nn.functional.binary_cross_entropy_with_logits, reduction="none")
         loss_xy = (bce(p[..., 0:2], t_xy).sum(-1) * t_w * obj_mask).sum()
         loss_wh = (jnp.abs(p[..., 2:4] - t_wh).sum(-1) * t_w * obj_mask).sum()
         loss_cls = (bce(p[..., 5:], t_cls).sum(-1) * obj_mask).sum()
@@ -278,7 +278,9 @@ class YOLOv3(nn.Layer):
         pred = self._decode(jax.lax.stop_gradient(p), anchors, stride)  # [N, 3, H, W, 4]
         overlap = _iou(pred.reshape(n, -1, 4), boxes, valid).max(-1, initial=0.0).reshape(grid)
         noobj = (1.0 - obj_mask) * (overlap <= self.ignore_thresh)
-        loss_obj = (bce(p[..., 4], 1.0) * obj_mask + bce(p[..., 4], 0.0) * noobj).sum()
+        objectness = p[..., 4]
+        loss_obj = (bce(objectness, jnp.ones_like(objectness)) * obj_mask
+                    + bce(objectness, jnp.zeros_like(objectness)) * noobj).sum()
         return loss_xy + loss_wh + loss_obj + loss_cls
 
     @staticmethod
