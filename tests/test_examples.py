@@ -1,5 +1,4 @@
 """The example scripts run end to end at tiny sizes (their real figures come from full runs)."""
-import os
 import re
 import subprocess
 import sys
@@ -11,8 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_example(name: str, *args: str, tmp_path: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest's fake devices
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout

@@ -29,7 +29,6 @@ def kernel_path(tmp_path_factory):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, kernel_path, tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
-    monkeypatch.delenv("XLA_FLAGS", raising=False)  # conftest's fake devices
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})

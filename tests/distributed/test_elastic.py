@@ -4,7 +4,6 @@ with the same parameters;
 ``paddlejax launch --elastic`` restarts a failed run, which resumes from its checkpoint."""
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from paddlejax.distributed import Strategy
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "elastic_script.py"
-CHILD_ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
 
 def trainer(strategy, folder, dropout=False):
@@ -92,7 +90,7 @@ def test_local_sgds_per_device_copies_refuse_another_layout_by_name(tmp_path):
 
 def launch(*args, cwd):
     result = subprocess.run([sys.executable, "-m", "paddlejax.cli.main", "launch", *map(str, args)], cwd=cwd,
-                            env=CHILD_ENV, capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return result
 
@@ -101,7 +99,7 @@ def launch(*args, cwd):
 def uninterrupted(tmp_path_factory):
     """The run in one process on 4 devices, never stopped."""
     folder = tmp_path_factory.mktemp("reference")
-    result = subprocess.run([sys.executable, str(SCRIPT), folder / "ckpt", folder / "out.npz"], env=CHILD_ENV,
+    result = subprocess.run([sys.executable, str(SCRIPT), folder / "ckpt", folder / "out.npz"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(np.load(folder / "out.npz"))

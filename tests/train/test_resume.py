@@ -14,11 +14,10 @@ STEPS = list(range(1, 25))  # 1,437 digits / batch 128 → 12 batches, 2 epochs
 
 
 def run(out, *args, kill_after_step=None):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     log = out.with_suffix(".stderr")  # a file, not a pipe: a full stderr pipe would block the child
     with open(log, "w") as stderr:
         proc = subprocess.Popen([sys.executable, str(SCRIPT), str(out), *map(str, args)], stdout=subprocess.PIPE,
-                                stderr=stderr, text=True, env={**env, "PYTHONUNBUFFERED": "1"})
+                                stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         steps = []
         for line in proc.stdout:
             if line.startswith("step "):
