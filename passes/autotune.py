@@ -297,7 +297,11 @@ def workspace_bytes(candidate: str, signature: dict) -> int:
     im2col's patch matrix, the padded (and, for a channel multiplier, repeated) input of the
     shifted variants, the channels-last copies of lax_nhwc on NCHW data, winograd's transformed
     input and product tiles (none where it falls back to lax.conv), lax_bf16's bfloat16 copies
-    of the input and weight, as the int8 ops' bf16 variants make."""
+    of the input and weight, as the int8 ops' bf16 variants make; 0 for the other kernels
+    (oneDNN's, and the variants of ops that are not convolutions: pooling, batch norm)."""
+    if candidate not in ("lax_bf16", "im2col", "shifted_matmul", "depthwise_shifted", "lax_nhwc", "winograd") \
+            and not candidate.startswith("bf16_"):
+        return 0
     (x, w), itemsize = signature["shapes"][:2], np.dtype(signature["dtypes"][0]).itemsize
     if candidate == "lax_bf16" or candidate.startswith("bf16_"):
         return (math.prod(x) + math.prod(w)) * np.dtype("bfloat16").itemsize

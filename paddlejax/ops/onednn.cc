@@ -1,5 +1,10 @@
 // oneDNN kernels for XLA's CPU backend, called through typed XLA FFI custom calls.
 //
+// It holds: the float32 convolution (bias and activation fused) and its backward passes; the
+// int8 convolutions (requantized, with a residual); batch norm in training, forward and
+// backward; max and average pooling (float32; max pooling of int8 and uint8 too, for the int8
+// dataflow).
+//
 // Each handler builds its oneDNN primitive once per shape and attributes (a process-wide cache)
 // and runs it on the buffers XLA hands in. Activations stay in the program's plain layout
 // (NCHW or NHWC); weights are reordered into the layout the primitive picked, once per weight
@@ -15,6 +20,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -326,6 +332,26 @@ void RunParts(ffi::ThreadPool& pool, int n, const std::function<void(int)>& work
   }
 }
 
+// RunParts for parts that each execute primitives planned for one thread: work(i, stream) runs
+// with the OpenMP team at one and a stream of its own. The first oneDNN error a part met (empty
+// when none did).
+std::string RunOneThreadParts(ffi::ThreadPool& pool, int n, const std::function<void(int, dnnl::stream&)>& work) {
+  std::mutex error_mu;
+  std::string error;
+  RunParts(pool, n, [&](int i) {
+    try {
+      OmpThreads one(1);
+      dnnl::stream stream(Engine());
+      work(i, stream);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      error = e.what();
+    }
+  });
+  return error;
+}
+
 // One part of a split convolution: a slice of the batch, or (batch 1) a band of output rows and
 // the input rows it reads, with the padding that falls in the band. Its ConvShape points at its
 // own dimensions, so a part is not copied.
@@ -445,19 +471,8 @@ ffi::Error RunSplit(const char* op, const std::vector<std::unique_ptr<ConvPart>>
   } catch (const dnnl::error& e) {
     return ffi::Error::Internal(std::string(op) + ": " + e.what());
   }
-  std::mutex error_mu;
-  std::string error;
-  RunParts(pool, n, [&](int i) {
-    try {
-      OmpThreads one(1);
-      dnnl::stream stream(Engine());
-      convs[i]->prim.execute(stream, args[i]);
-      stream.wait();
-    } catch (const dnnl::error& e) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      error = e.what();
-    }
-  });
+  std::string error =
+      RunOneThreadParts(pool, n, [&](int i, dnnl::stream& stream) { convs[i]->prim.execute(stream, args[i]); });
   if (!error.empty()) return ffi::Error::Internal(std::string(op) + ": " + error);
   return ffi::Error::Success();
 }
@@ -793,6 +808,128 @@ ffi::Error BatchNormBackwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> 
                        {DNNL_ARG_DIFF_SHIFT, dshift->untyped_data()}});
 }
 
+// Max or average pooling over 2-D windows, for activations in NCHW or NHWC order. Inference
+// only: training differentiates the reference kernel (see onednn.py), which needs no indices of
+// the maxima from here.
+struct PoolShape {
+  memory::dims x, y;  // NCHW-indexed whatever the layout
+  memory::dims kernel, stride, pad_lo, pad_hi;
+  algorithm alg;
+  memory::data_type type;
+  bool nhwc;
+  int64_t threads = 0;  // 1: a part of a split call, planned for one thread
+};
+
+// A pooling primitive for one shape. A scratchpad, where the primitive has one (oneDNN's
+// channels-first kernels transpose through one; the channels-last ones need none), is made per
+// call: calls on one primitive from several threads then share nothing and take no lock.
+struct Pool {
+  dnnl::pooling_forward prim;
+  memory::desc src, dst, scratchpad;
+};
+
+std::unordered_map<std::string, std::unique_ptr<Pool>> pool_cache;
+
+const Pool& GetPool(const PoolShape& p) {
+  std::string key = Key({p.x, p.y, p.kernel, p.stride, p.pad_lo, p.pad_hi},
+                        {static_cast<int64_t>(p.alg), static_cast<int64_t>(p.type), p.nhwc, p.threads});
+  std::lock_guard<std::mutex> lock(cache_mu);
+  auto it = pool_cache.find(key);
+  if (it != pool_cache.end()) return *it->second;
+  auto pool = std::make_unique<Pool>();
+  auto fmt = p.nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw;
+  pool->src = memory::desc(p.x, p.type, fmt);
+  pool->dst = memory::desc(p.y, p.type, fmt);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::pooling_forward::primitive_desc pd(Engine(), dnnl::prop_kind::forward_inference, p.alg, pool->src,
+                                           pool->dst, p.stride, p.kernel, memory::dims{0, 0}, p.pad_lo, p.pad_hi,
+                                           attr);
+  pool->prim = dnnl::pooling_forward(pd);
+  pool->scratchpad = pd.scratchpad_desc();
+  return *(pool_cache[key] = std::move(pool));
+}
+
+void ExecutePool(const Pool& pool, dnnl::stream& stream, const void* x, void* y) {
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, memory(pool.src, Engine(), const_cast<void*>(x))},
+                                          {DNNL_ARG_DST, memory(pool.dst, Engine(), y)}};
+  if (pool.scratchpad.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = memory(pool.scratchpad, Engine());
+  pool.prim.execute(stream, args);
+}
+
+// oneDNN's type for an element type the pooling takes: f32, and s8 and u8 (max pooling of the
+// int8 dataflow's tensors)
+std::optional<memory::data_type> PoolType(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return memory::data_type::f32;
+    case ffi::DataType::S8: return memory::data_type::s8;
+    case ffi::DataType::U8: return memory::data_type::u8;
+    default: return std::nullopt;
+  }
+}
+
+// y = the max, or the mean, of x over each window (`exclusive`: the mean of the real elements
+// it covers, else the sum over kh * kw). Where the pool has more than one thread and the batch
+// more than one image, the batch is cut into slices that run at once, each a one-thread
+// primitive (as convolutions are cut); else the whole on the calling thread's OpenMP team.
+ffi::Error Pool2dImpl(ffi::ThreadPool threads, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, bool max,
+                      bool exclusive, ffi::Span<const int64_t> kernel, ffi::Span<const int64_t> stride,
+                      ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi, bool nhwc) {
+  const std::string op = "oneDNN pool2d";
+  auto type = PoolType(x.element_type());
+  if (!type || y->element_type() != x.element_type()) {
+    return ffi::Error::InvalidArgument(op + ": expects f32, s8 or u8 input and output of one type");
+  }
+  if (x.dimensions().size() != 4 || y->dimensions().size() != 4 || kernel.size() != 2 || stride.size() != 2 ||
+      pad_lo.size() != 2 || pad_hi.size() != 2) {
+    return ffi::Error::InvalidArgument(op + ": expects 4-D input and output and a 2-D window");
+  }
+  auto nchw = [nhwc](ffi::Span<const int64_t> d) { return nhwc ? memory::dims{d[0], d[3], d[1], d[2]} : Dims(d); };
+  auto alg = max ? algorithm::pooling_max
+                 : exclusive ? algorithm::pooling_avg_exclude_padding : algorithm::pooling_avg_include_padding;
+  PoolShape whole{nchw(x.dimensions()), nchw(y->dimensions()), Dims(kernel), Dims(stride), Dims(pad_lo),
+                  Dims(pad_hi), alg, *type, nhwc};
+  int64_t batch = whole.x[0];
+  int64_t n = SplitEnabled() ? std::min<int64_t>({threads.num_threads(), AvailableCpus(), batch}) : 1;
+  auto* from = static_cast<const char*>(x.untyped_data());
+  auto* to = static_cast<char*>(y->untyped_data());
+  if (n < 2) {
+    const Pool* pool;
+    try {
+      pool = &GetPool(whole);
+    } catch (const dnnl::error& e) {
+      return ffi::Error::InvalidArgument(op + ": " + e.what());
+    }
+    try {
+      dnnl::stream stream(Engine());
+      ExecutePool(*pool, stream, from, to);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      return ffi::Error::Internal(op + ": " + e.what());
+    }
+    return ffi::Error::Success();
+  }
+  int64_t chunk = (batch + n - 1) / n;
+  size_t x_image = x.size_bytes() / batch, y_image = y->size_bytes() / batch;
+  std::vector<const Pool*> parts;  // at most two primitives: the slices, and a shorter last one
+  try {
+    OmpThreads one(1);  // planned for the one thread each part runs on
+    for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
+      PoolShape part = whole;
+      part.x[0] = part.y[0] = std::min(chunk, batch - b0);
+      part.threads = 1;
+      parts.push_back(&GetPool(part));
+    }
+  } catch (const dnnl::error& e) {
+    return ffi::Error::InvalidArgument(op + ": " + e.what());
+  }
+  std::string error = RunOneThreadParts(threads, static_cast<int>(parts.size()), [&](int i, dnnl::stream& stream) {
+    ExecutePool(*parts[i], stream, from + i * chunk * x_image, to + i * chunk * y_image);
+  });
+  if (!error.empty()) return ffi::Error::Internal(op + ": " + error);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 #define CONV_GEOMETRY                                  \
@@ -892,6 +1029,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnBatchNormBackward, BatchNormBackwar
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<float>("epsilon")
+                                  .Attr<bool>("nhwc"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PaddlejaxOnednnPool2d, Pool2dImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<bool>("max")
+                                  .Attr<bool>("exclusive")
+                                  .Attr<ffi::Span<const int64_t>>("kernel")
+                                  .Attr<ffi::Span<const int64_t>>("stride")
+                                  .Attr<ffi::Span<const int64_t>>("pad_lo")
+                                  .Attr<ffi::Span<const int64_t>>("pad_hi")
                                   .Attr<bool>("nhwc"));
 
 #ifndef PADDLEJAX_ONEDNN_SOURCE_SHA256

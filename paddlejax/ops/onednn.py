@@ -3,17 +3,19 @@
 XLA's CPU convolutions run below the oneDNN kernels Paddle Inference and PyTorch call; this
 module offers oneDNN's to the autotuner as more kernel variants (``conv2d`` / ``depthwise_conv2d``
 variant ``"onednn"``: float32, bias and activation fused into the convolution; ``quantized_conv2d``
-variant ``"onednn"``: int8, with the requantize and an int8 residual fused too). The handlers live
+variant ``"onednn"``: int8, with the requantize and an int8 residual fused too; ``batch_norm`` in
+training; ``pool2d``: max and average pooling, max pooling of int8 too). The handlers live
 in a small C++ extension (``paddlejax/ops/onednn.cc``) built at install time against the
 ``onednn-cpu-gomp`` wheel; where it is missing or fails to load, :func:`available` is False, the
-tuner skips the variant, and a program that names it runs XLA's convolution instead.
+tuner skips the variant, and a program that names it runs XLA's kernel instead.
 
 Threads: on two or more CPUs a channels-last convolution is cut into parts (slices of the batch,
-or bands of output rows for one image) that run at once on XLA's own intra-op pool, each a
-one-thread oneDNN primitive. XLA's pool threads are awake (they run the program's other ops), where
-oneDNN's OpenMP team, one per calling XLA thread, mostly had to be woken: PP-OCRv4 det at two
-threads went from 10.3 to 8.3 ms. ``PADDLEJAX_ONEDNN_SPLIT=0`` turns the cutting off (the whole
-convolution on the caller's OpenMP team, as channels-first ones always run).
+or bands of output rows for one image), and a pooling into slices of the batch, that run at once
+on XLA's own intra-op pool, each a one-thread oneDNN primitive. XLA's pool threads are awake
+(they run the program's other ops), where oneDNN's OpenMP team, one per calling XLA thread,
+mostly had to be woken: PP-OCRv4 det at two threads went from 10.3 to 8.3 ms.
+``PADDLEJAX_ONEDNN_SPLIT=0`` turns the cutting off (the whole convolution or pooling on the
+caller's OpenMP team, as channels-first convolutions always run).
 
 >>> import jax.numpy as jnp
 >>> x, w = jnp.ones((1, 2, 5, 5)), jnp.ones((3, 2, 3, 3))
@@ -50,7 +52,8 @@ _TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d",
             "paddlejax_onednn_requantized_conv2d": "PaddlejaxOnednnRequantizedConv2d",
             "paddlejax_onednn_residual_conv2d": "PaddlejaxOnednnResidualConv2d",
             "paddlejax_onednn_batch_norm_training": "PaddlejaxOnednnBatchNormTraining",
-            "paddlejax_onednn_batch_norm_backward": "PaddlejaxOnednnBatchNormBackward"}
+            "paddlejax_onednn_batch_norm_backward": "PaddlejaxOnednnBatchNormBackward",
+            "paddlejax_onednn_pool2d": "PaddlejaxOnednnPool2d"}
 
 
 def _extension() -> Path | None:
@@ -328,6 +331,52 @@ def quantized_conv2d(x_q, w_q, x_scale, w_scale, bias, *, stride, pads, dilation
     return _call("paddlejax_onednn_residual_conv2d", config, x_q, w_q, *scales, bias, per_tensor(out_scale),
                  residual, per_tensor(residual_scale), has_bias=has_bias, weights_id=frozen,
                  x_unsigned=bool(x_unsigned), dtype=jnp.int8, aliases={6: 0})
+
+
+def pool2d_fits(x, pooling_type: str, kernel, pads, data_format: str) -> bool:
+    """Whether oneDNN's pooling computes this ``pool2d`` over ``kernel`` windows with explicit
+    ``pads`` ``((top, bottom), (left, right))``: a non-empty 4-D input; max or average pooling of
+    float32 channels first or last, and max pooling of int8 or uint8 (the int8 dataflow's tensors)
+    channels last (oneDNN's channels-first int8 pooling is its scalar reference code); each pad
+    smaller than the window, so that every window covers an input element (the reference's max
+    over padding alone is -inf, oneDNN's the lowest finite float; its average refuses such windows).
+
+    >>> pool2d_fits(jnp.ones((2, 5, 5, 3), jnp.int8), "max", (2, 2), ((0, 1), (0, 1)), "NHWC")
+    True
+    >>> pool2d_fits(jnp.ones((2, 5, 5, 3), jnp.int8), "avg", (2, 2), ((0, 1), (0, 1)), "NHWC")
+    False
+    >>> pool2d_fits(jnp.ones((2, 3, 5, 5)), "max", (2, 2), ((2, 0), (0, 0)), "NCHW")
+    False
+    """
+    if x.dtype == jnp.float32:
+        fits_type = data_format in ("NCHW", "NHWC")
+    else:
+        fits_type = x.dtype in (jnp.int8, jnp.uint8) and pooling_type == "max" and data_format == "NHWC"
+    return x.ndim == 4 and x.size > 0 and fits_type and all(lo < k and hi < k for (lo, hi), k in zip(pads, kernel))
+
+
+def pool2d(x, *, pooling_type, kernel, stride, pads, exclusive, data_format):
+    """Max (``pooling_type="max"``) or average pooling by oneDNN over ``kernel`` windows at
+    ``stride``, with explicit ``pads`` ``((top, bottom), (left, right))`` (Paddle's ceil mode is
+    more bottom and right padding); an average divides by the input elements under its window
+    (``exclusive``) or by ``kh * kw``. Batchable; not differentiable on its own (``pool2d``'s
+    variant gives it the reference kernel's derivatives). Callers check :func:`pool2d_fits`.
+
+    >>> if available():
+    ...     y = pool2d(jnp.arange(16.0).reshape(1, 4, 4, 1), pooling_type="max", kernel=(2, 2), stride=(2, 2),
+    ...                pads=((0, 0), (0, 0)), exclusive=True, data_format="NHWC")
+    ...     assert y[0, :, :, 0].tolist() == [[5.0, 7.0], [13.0, 15.0]]
+    """
+    if not available():
+        raise RuntimeError(f"oneDNN pool2d: {unavailable_reason()}")
+    nhwc = data_format == "NHWC"
+    c = x.shape[3 if nhwc else 1]
+    # the output's shape is a depthwise convolution's with the window for its kernel
+    shape = _out_shape((stride, pads, (1, 1), c, data_format), x.shape, (c, 1, *kernel))
+    return _ffi("paddlejax_onednn_pool2d", shape, x.dtype, x, max=pooling_type == "max", exclusive=bool(exclusive),
+                kernel=np.array(kernel, np.int64), stride=np.array(stride, np.int64),
+                pad_lo=np.array([p[0] for p in pads], np.int64), pad_hi=np.array([p[1] for p in pads], np.int64),
+                nhwc=nhwc)
 
 
 def batch_norm_fits(x, data_format: str) -> bool:

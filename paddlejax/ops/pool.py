@@ -4,6 +4,10 @@
 elements they cover; ``exclusive=False`` always divides by ``kh * kw``. ``ceil_mode`` keeps
 a last partial window, provided it starts inside the input or its left padding.
 
+``pool2d`` has a kernel variant ``"onednn"`` (oneDNN's pooling, :mod:`paddlejax.ops.onednn`:
+float32, and max pooling of channels-last int8 and uint8) that the autotuner keeps where it is
+faster; its derivatives are the reference kernel's, and what it does not fit runs the reference.
+
 ``adaptive_pool2d`` pools into a fixed output grid with Paddle's bins: output ``i`` of an
 axis of size ``n`` covers ``[floor(i * n / out), ceil((i + 1) * n / out))``.
 
@@ -16,12 +20,15 @@ axis of size ``n`` covers ``[floor(i * n / out), ceil((i + 1) * n / out))``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from paddlejax.ops import onednn
 from paddlejax.ops.conv import paddle_padding
 from paddlejax.ops.registry import Attr, Input, define
 from paddlejax.ops.traits import Traits
@@ -86,6 +93,84 @@ def _pool_flops(in_shapes, out_shapes, attrs):
     return math.prod(out_shapes[0]) * math.prod(attrs["kernel_size"])
 
 
+def _explicit_attrs(x, *, pooling_type, kernel_size, stride, padding, ceil_mode, global_pooling, exclusive,
+                    data_format):
+    """``pool2d``'s attributes for ``x`` with its windows spelled out (kernel, stride, explicit
+    pads holding ceil mode's extra ones): the same function, as hashable values."""
+    hw = x.shape[1:3] if data_format == "NHWC" else x.shape[2:]
+    k, s, pads = pool_geometry(hw, kernel_size, stride, padding, ceil_mode, global_pooling)
+    return (("pooling_type", pooling_type), ("kernel_size", tuple(k)), ("stride", tuple(s)),
+            ("padding", tuple(map(tuple, pads))), ("ceil_mode", False), ("global_pooling", False),
+            ("exclusive", exclusive), ("data_format", data_format))
+
+
+def _onednn_fits(x, explicit) -> bool:
+    """Whether oneDNN's pooling computes ``pool2d`` on ``x`` with the ``explicit`` attributes."""
+    a = dict(explicit)
+    return onednn.pool2d_fits(x, a["pooling_type"], a["kernel_size"], a["padding"], a["data_format"])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _by_onednn(x, explicit):
+    a = dict(explicit)
+    return onednn.pool2d(x, pooling_type=a["pooling_type"], kernel=a["kernel_size"], stride=a["stride"],
+                         pads=a["padding"], exclusive=a["exclusive"], data_format=a["data_format"])
+
+
+@_by_onednn.defjvp
+def _by_onednn_jvp(explicit, primals, tangents):
+    # the reference kernel's derivative on the same windows: gradients are the reference's exactly
+    # (under jit, XLA drops the reference's own forward pass, which nothing reads)
+    _, dy = jax.jvp(functools.partial(_pool2d, **dict(explicit)), primals, tangents)
+    return _by_onednn(primals[0], explicit), dy
+
+
+def _pool2d_onednn(x, *, pooling_type, kernel_size, stride, padding, ceil_mode, global_pooling, exclusive,
+                   data_format):
+    """pool2d by oneDNN's pooling (:func:`paddlejax.ops.onednn.pool2d`), with the reference kernel's
+    derivatives; where oneDNN is unavailable or does not fit the case, by the reference kernel."""
+    attrs = dict(pooling_type=pooling_type, kernel_size=kernel_size, stride=stride, padding=padding,
+                 ceil_mode=ceil_mode, global_pooling=global_pooling, exclusive=exclusive, data_format=data_format)
+    explicit = _explicit_attrs(x, **attrs) if onednn.available() and x.ndim == 4 else None
+    if explicit is None or not _onednn_fits(x, explicit):
+        return _pool2d(x, **attrs)
+    return _by_onednn(x, explicit)
+
+
+# XLA's CPU reduce_window pools at about 20 GB/s on one thread (a small CNN's three 2x2 max pools:
+# a fifth of its time on two threads); oneDNN's streams the input on every thread. Taken as 3x
+# per byte, and no gain on channels-first data, which oneDNN transposes through a scratchpad: a
+# guess that only ranks the variant for timing, which decides.
+_ONEDNN_POOL_SPEEDUP = 3
+
+
+def _pool_estimate(variant, in_shapes, dtypes, attrs, platform):
+    """The relative time of ``variant`` on a pool2d of ``in_shapes`` (pooling is memory-bound:
+    the bytes it reads and writes, see ``_ONEDNN_POOL_SPEEDUP``), or ``None`` where the oneDNN
+    variant computes as the reference does (off the CPU, and where it does not fit), so that
+    timing it would teach nothing.
+
+    >>> attrs = {"pooling_type": "max", "kernel_size": (2, 2), "stride": (2, 2), "data_format": "NHWC"}
+    >>> (_pool_estimate("onednn", [(32, 16, 16, 64)], ["float32"], attrs, "cpu")
+    ...  < _pool_estimate("default", [(32, 16, 16, 64)], ["float32"], attrs, "cpu"))
+    True
+    >>> _pool_estimate("onednn", [(32, 16, 16, 64)], ["bfloat16"], attrs, "cpu") is None
+    True
+    """
+    x = jax.ShapeDtypeStruct(in_shapes[0], dtypes[0])
+    explicit = _explicit_attrs(x, **pool2d.check_attrs(attrs))
+    a = dict(explicit)
+    nhwc = a["data_format"] == "NHWC"
+    hw, planes = (x.shape[1:3], x.shape[0] * x.shape[3]) if nhwc else (x.shape[2:], x.shape[0] * x.shape[1])
+    out_hw = [(n + lo + hi - k) // s + 1 for n, (lo, hi), k, s in zip(hw, a["padding"], a["kernel_size"], a["stride"])]
+    moved = planes * (math.prod(hw) + math.prod(out_hw)) * x.dtype.itemsize
+    if variant != "onednn":
+        return _ONEDNN_POOL_SPEEDUP * moved
+    if platform != "cpu" or not _onednn_fits(x, explicit):
+        return None
+    return moved * (1 if nhwc else _ONEDNN_POOL_SPEEDUP)
+
+
 pool2d = define(
     "pool2d", _pool2d, inputs=[Input("x", rank=4)],
     attrs={"pooling_type": Attr("str", "max", choices=("max", "avg")),
@@ -94,6 +179,7 @@ pool2d = define(
            "padding": Attr("padding", ((0, 0), (0, 0))),
            "ceil_mode": Attr("bool", False), "global_pooling": Attr("bool", False),
            "exclusive": Attr("bool", True), "data_format": Attr("str", "NCHW", choices=LAYOUTS)},
+    variants={"onednn": _pool2d_onednn}, requires={"onednn": onednn.available}, estimate=_pool_estimate,
     flops=_pool_flops, traits=Traits(layout_sensitive=True, channels="identity",
                                      commutes_with_quantize=lambda attrs: attrs.get("pooling_type", "max") == "max"))
 

@@ -282,6 +282,16 @@ def test_workspace_limit_skips_the_patch_matrix(prog, timings, tmp_path):
     assert all(decisions[0].times_ms[c] is not None for c in ("default", "lax_nhwc", "shifted_matmul"))
 
 
+def test_workspace_limit_counts_nothing_for_kernels_of_other_ops(timings, tmp_path):
+    # pooling and training batch norm have variants too; the limit must not read them as convolutions
+    prog = pj.trace(lambda p, x: pj.ops.pool2d(pj.ops.batch_norm(x, p["g"], p["b"], p["m"], p["v"], training=True)[0],
+                                               kernel_size=(2, 2)),
+                    pj.InputSpec((None, 3, 8, 8)), params={k: np.ones(3, np.float32) for k in "gbmv"})
+    _, decisions = tune(prog, tmp_path / "c.json", workspace_mb=0.01)
+    assert {d.op.type for d in decisions} == {"pool2d", "batch_norm"}
+    assert all(autotune.workspace_bytes(c, d.signature) == 0 for d in decisions for c in d.times_ms)
+
+
 def test_default_cache_path_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "mine.json"))
     assert autotune.default_cache_path() == tmp_path / "mine.json"
