@@ -120,7 +120,7 @@ def our_worker(args: dict) -> None:
         Predictor(program, Config(**buckets))
         info["warm_s"] = time.perf_counter() - start
         info["kernels"] = sorted({op.attrs.get("kernel") or "default" for op in predictor.program.walk()
-                                  if op.type in ("conv2d", "depthwise_conv2d")})
+                                  if op.type in ("conv2d", "depthwise_conv2d", "conv2d_pool")})
         info["machine"], info["onednn"] = machine(), onednn.unavailable_reason() or "available"
         call = predictor
     elif config == "Predictor, async dispatch":

@@ -15,6 +15,10 @@ adds and activations into the op that computes into them, and cancel transposes.
   activation that is the only reader of such an op (or of its int8 or weight-only version)
   becomes its ``act`` attribute. Exact up to float rounding (1e-6).
 - ``fuse_elementwise_act``: the same for an activation after an ``elementwise_*`` binary op.
+- ``fuse_conv_pool``: a ``pool2d`` (not global) that is the only reader of a ``conv2d`` of the
+  same ``data_format`` becomes one ``conv2d_pool``, whose oneDNN kernel pools the convolution's
+  output while it is in cache instead of writing it to memory. Exact: the fused op's kernels are
+  the two ops' (a ``kernel`` the conv carried is dropped: ``autotune`` chooses again).
 
 Which ops qualify is read from the op library, not listed here: a *weighted* op is one whose
 traits name a quantizable ``weight`` with an output-channel axis and that takes an optional
@@ -46,6 +50,7 @@ import numpy as np
 
 from paddlejax.ir.core import Op, TensorType, Value
 from paddlejax.ir.rewriter import Rewriter
+from paddlejax.ops import registry
 from paddlejax.ops.activation import as_fused_activation
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.traits import traits_of
@@ -316,6 +321,32 @@ class _FuseActivation(RewritePattern):
         return True
 
 
+class _FuseConvPool(RewritePattern):
+    """``pool2d(conv2d(x, w[, b]))`` -> ``conv2d_pool(x, w[, b])``."""
+
+    label = "pools"
+
+    def match_and_rewrite(self, pool: Op, rewriter: Rewriter) -> bool:
+        if pool.type != "pool2d" or pool.attrs.get("global_pooling"):
+            return False
+        v = pool.operands[0]
+        conv = v.producer
+        if conv is None or conv.type != "conv2d" or not only_reader(v, pool) \
+                or conv.attrs.get("data_format") != pool.attrs.get("data_format"):
+            return False
+        fused_attrs = registry.get("conv2d_pool").attrs
+        pool_attrs = registry.get("pool2d").check_attrs({k: pool.attrs[k] for k in pool.attrs if k != "kernel"})
+        attrs = {k: val for k, val in conv.attrs.items() if k in fused_attrs}  # a `kernel` annotation goes
+        attrs.update(pooling_type=pool_attrs["pooling_type"], pool_size=pool_attrs["kernel_size"],
+                     pool_stride=pool_attrs["stride"], pool_padding=pool_attrs["padding"],
+                     ceil_mode=pool_attrs["ceil_mode"], exclusive=pool_attrs["exclusive"])
+        fused = rewriter.insert_before(pool, Op("conv2d_pool", list(conv.operands), [pool.result.type], attrs,
+                                                loc=conv.loc))
+        rewriter.replace_op(pool, [fused.result])
+        rewriter.erase_op(conv)
+        return True
+
+
 class _ComposeTransposes(RewritePattern):
     """Identity transposes vanish; a transpose of a transpose becomes one (or none)."""
 
@@ -450,6 +481,25 @@ class FuseElementwiseActivation(PatternPass):
 
     def patterns(self) -> list[RewritePattern]:
         return [_FuseActivation(_elementwise_binary)]
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class FuseConvPool(PatternPass):
+    """Fuse a pool2d into the conv2d before it (``conv2d_pool``) when the pool is the
+    convolution's only reader, is not global and has its data_format. Exact.
+
+    >>> import jax.numpy as jnp, paddlejax as pj
+    >>> prog = pj.trace(lambda p, x: pj.ops.pool2d(pj.ops.conv2d(x, p["w"], act="relu"), kernel_size=2),
+    ...                 jnp.ones((1, 3, 6, 6)), params={"w": jnp.ones((4, 3, 3, 3))})
+    >>> [(op.type, op.attrs.get("act")) for op in pj.passes.run(prog, "fuse_conv_pool").walk()]
+    [('param', None), ('conv2d_pool', 'relu'), ('return', None)]
+    """
+
+    name = "fuse_conv_pool"
+
+    def patterns(self) -> list[RewritePattern]:
+        return [_FuseConvPool()]
 
 
 @register_pass

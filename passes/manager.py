@@ -81,9 +81,9 @@ def _convert(cls: type[Pass], key: str, raw: str):
 
 
 # Passes the inference pass pipeline runs, in order, when they are registered (see inference_pipeline).
-INFERENCE_PIPELINE = ["canonicalize", "eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn", "fuse_bias_act",
-                      "fuse_elementwise_act", "fuse_attention", "int8_dataflow", "eliminate_transposes", "cse", "dce",
-                      "autotune", "inplace"]
+INFERENCE_PIPELINE = ["canonicalize", "eliminate_identity", "fold_constants", "fold_conv_bn", "fold_linear_bn",
+                      "fuse_bias_act", "fuse_elementwise_act", "fuse_conv_pool", "fuse_attention", "int8_dataflow",
+                      "eliminate_transposes", "cse", "dce", "autotune", "inplace"]
 
 _PIPELINES: dict[str, Callable[[], str]] = {}
 

@@ -12,6 +12,7 @@ from paddlejax.ops.activation import (gelu, hard_sigmoid, hard_swish, leaky_relu
                                       sigmoid, silu, softmax, tanh)
 from paddlejax.ops.attention import scaled_dot_product_attention  # noqa: F401
 from paddlejax.ops.conv import conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d  # noqa: F401
+from paddlejax.ops.conv_pool import conv2d_pool  # noqa: F401
 from paddlejax.ops.deform_conv import deformable_conv2d  # noqa: F401
 from paddlejax.ops.detection import multiclass_nms, roi_align, yolo_box  # noqa: F401
 from paddlejax.ops.fp8 import fp8_linear, quantize_fp8  # noqa: F401

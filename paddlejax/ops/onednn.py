@@ -4,18 +4,22 @@ XLA's CPU convolutions run below the oneDNN kernels Paddle Inference and PyTorch
 module offers oneDNN's to the autotuner as more kernel variants (``conv2d`` / ``depthwise_conv2d``
 variant ``"onednn"``: float32, bias and activation fused into the convolution; ``quantized_conv2d``
 variant ``"onednn"``: int8, with the requantize and an int8 residual fused too; ``batch_norm`` in
-training; ``pool2d``: max and average pooling, max pooling of int8 too). The handlers live
+training; ``pool2d``: max and average pooling, max pooling of int8 too; ``conv2d_pool``: a
+channels-last convolution and the pooling after it in one call, the convolution's output pooled
+chunk by chunk while in cache instead of written to memory and read back). The handlers live
 in a small C++ extension (``paddlejax/ops/onednn.cc``) built at install time against the
 ``onednn-cpu-gomp`` wheel; where it is missing or fails to load, :func:`available` is False, the
 tuner skips the variant, and a program that names it runs XLA's kernel instead.
 
 Threads: on two or more CPUs a channels-last convolution is cut into parts (slices of the batch,
-or bands of output rows for one image), and a pooling into slices of the batch, that run at once
-on XLA's own intra-op pool, each a one-thread oneDNN primitive. XLA's pool threads are awake
-(they run the program's other ops), where oneDNN's OpenMP team, one per calling XLA thread,
-mostly had to be woken: PP-OCRv4 det at two threads went from 10.3 to 8.3 ms.
+or bands of output rows for one image), and a pooling or a fused convolution + pooling into slices
+of the batch, that run at once on XLA's own intra-op pool, each a one-thread oneDNN primitive.
+XLA's pool threads are awake (they run the program's other ops), where oneDNN's OpenMP team,
+one per calling XLA thread, mostly had to be woken: PP-OCRv4 det at two threads went from 10.3
+to 8.3 ms.
 ``PADDLEJAX_ONEDNN_SPLIT=0`` turns the cutting off (the whole convolution or pooling on the
-caller's OpenMP team, as channels-first convolutions always run).
+caller's OpenMP team, as channels-first convolutions always run; a fused convolution + pooling
+on the calling thread alone).
 
 >>> import jax.numpy as jnp
 >>> x, w = jnp.ones((1, 2, 5, 5)), jnp.ones((3, 2, 3, 3))
@@ -53,7 +57,8 @@ _TARGETS = {"paddlejax_onednn_conv2d": "PaddlejaxOnednnConv2d",
             "paddlejax_onednn_residual_conv2d": "PaddlejaxOnednnResidualConv2d",
             "paddlejax_onednn_batch_norm_training": "PaddlejaxOnednnBatchNormTraining",
             "paddlejax_onednn_batch_norm_backward": "PaddlejaxOnednnBatchNormBackward",
-            "paddlejax_onednn_pool2d": "PaddlejaxOnednnPool2d"}
+            "paddlejax_onednn_pool2d": "PaddlejaxOnednnPool2d",
+            "paddlejax_onednn_conv2d_pool": "PaddlejaxOnednnConv2dPool"}
 
 
 def _extension() -> Path | None:
@@ -377,6 +382,60 @@ def pool2d(x, *, pooling_type, kernel, stride, pads, exclusive, data_format):
                 kernel=np.array(kernel, np.int64), stride=np.array(stride, np.int64),
                 pad_lo=np.array([p[0] for p in pads], np.int64), pad_hi=np.array([p[1] for p in pads], np.int64),
                 nhwc=nhwc)
+
+
+def conv2d_pool_fits(x, w, data_format: str, act, pooling_type: str, pool_kernel, pool_pads, *, stride, pads,
+                     dilation) -> bool:
+    """Whether :func:`conv2d_pool` computes this convolution (``pads`` explicit) and the pooling
+    after it: float32 channels last (:func:`conv2d_fits`), and a pooling :func:`pool2d_fits`
+    accepts on the convolution's output.
+
+    >>> x, w = jnp.ones((2, 6, 6, 3)), jnp.ones((4, 3, 3, 3))
+    >>> conv = dict(stride=(1, 1), pads=((1, 1), (1, 1)), dilation=(1, 1))
+    >>> conv2d_pool_fits(x, w, "NHWC", "relu", "max", (2, 2), ((0, 0), (0, 0)), **conv)
+    True
+    >>> conv2d_pool_fits(x, w, "NCHW", "relu", "max", (2, 2), ((0, 0), (0, 0)), **conv)
+    False
+    """
+    if data_format != "NHWC" or not conv2d_fits(x, w, data_format, act):
+        return False
+    y = jax.ShapeDtypeStruct(_out_shape((stride, pads, dilation, 1, data_format), x.shape, w.shape), x.dtype)
+    return pool2d_fits(y, pooling_type, pool_kernel, pool_pads, data_format)
+
+
+def conv2d_pool(x, w, bias, *, stride, pads, dilation, groups, act, act_alpha, pooling_type, pool_kernel,
+                pool_stride, pool_pads, exclusive):
+    """``pool(act(conv(x, w) + bias))`` by oneDNN in one call, channels last: :func:`conv2d`
+    (``bias`` may be None) and then :func:`pool2d` with ``pool_kernel``, ``pool_stride`` and
+    explicit ``pool_pads``, where the convolution's output goes through the cache a few images at
+    a time and never to memory whole. Batchable; not differentiable on its own (the
+    ``conv2d_pool`` op's variant gives it the reference kernel's derivatives). Callers check
+    :func:`conv2d_pool_fits`.
+
+    >>> if available():
+    ...     y = conv2d_pool(jnp.ones((1, 4, 4, 1)), jnp.ones((1, 1, 3, 3)), None, stride=(1, 1),
+    ...                     pads=((1, 1), (1, 1)), dilation=(1, 1), groups=1, act=None, act_alpha=None,
+    ...                     pooling_type="max", pool_kernel=(2, 2), pool_stride=(2, 2),
+    ...                     pool_pads=((0, 0), (0, 0)), exclusive=True)
+    ...     assert y[0, :, :, 0].tolist() == [[9.0, 9.0], [9.0, 9.0]]
+    """
+    if not available():
+        raise RuntimeError(f"oneDNN conv2d_pool: {unavailable_reason()}")
+    config = _config(stride, pads, dilation, groups, "NHWC", act, act_alpha)
+    geometry, (act, alpha) = config[:5], config[5:]
+    conv_shape = _out_shape(geometry, x.shape, w.shape)
+    c = w.shape[0]
+    # the pooling's output shape is a depthwise convolution's, as in pool2d
+    shape = _out_shape((pool_stride, pool_pads, (1, 1), c, "NHWC"), conv_shape, (c, 1, *pool_kernel))
+    has_bias = bias is not None
+    bias = jnp.zeros((c,), x.dtype) if bias is None else bias
+    return _ffi("paddlejax_onednn_conv2d_pool", shape, x.dtype, x, w, bias, **_attrs(geometry),
+                has_bias=has_bias, act=np.int64(_ACTS[act]), alpha=np.float32(alpha),
+                weights_id=np.int64(_weights_id(w)),
+                max=pooling_type == "max", exclusive=bool(exclusive), pool_kernel=np.array(pool_kernel, np.int64),
+                pool_stride=np.array(pool_stride, np.int64),
+                pool_pad_lo=np.array([p[0] for p in pool_pads], np.int64),
+                pool_pad_hi=np.array([p[1] for p in pool_pads], np.int64))
 
 
 def batch_norm_fits(x, data_format: str) -> bool:

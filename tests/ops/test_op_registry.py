@@ -20,7 +20,7 @@ OP_NAMES = {
     "segment_sum", "segment_mean", "segment_max", "segment_min", "send_u_recv", "send_ue_recv", "send_uv",
     "temporal_shift",
     "deformable_conv2d", "roi_align", "multiclass_nms", "yolo_box", "sigmoid_focal_loss", "unfold", "einsum",
-    "grid_sample",
+    "grid_sample", "conv2d_pool",
 }
 
 

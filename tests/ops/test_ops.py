@@ -571,6 +571,11 @@ CASES = [
     case(ops.temporal_shift, (rand(4, 6, 2, 3),), lambda x: np_temporal_shift(x, 2), {"seg_num": 2}),
     case(ops.temporal_shift, (rand(6, 2, 3, 8),), lambda x: np_temporal_shift(x, 3, 0.125, nhwc=True),
          {"seg_num": 3, "shift_ratio": 0.125, "data_format": "NHWC"}, id="nhwc"),
+    case(ops.conv2d_pool, (x_img, w_conv, b_conv),
+         lambda x, w, b: np_pool(np.maximum(np_conv(x, w, pads=((1, 1), (1, 1)), groups=2) + b[:, None, None], 0),
+                                 "avg", (3, 3), (2, 2), ((1, 1), (1, 1)), ceil=True),
+         {"groups": 2, "padding": 1, "act": "relu", "pooling_type": "avg", "pool_size": 3, "pool_stride": 2,
+          "pool_padding": 1, "ceil_mode": True}, diff=(0, 1, 2), tol=1e-4),
 ]
 
 

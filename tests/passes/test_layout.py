@@ -108,6 +108,7 @@ def _layout_ops():
     w8 = jax.numpy.asarray(r.integers(-8, 8, (4, 3, 3, 3)), "int8")
     return {
         "conv2d": lambda x: ops.conv2d(x, f(4, 3, 3, 3), padding=1, stride=2),
+        "conv2d_pool": lambda x: ops.conv2d_pool(x, f(4, 3, 3, 3), padding=1, act="relu", pool_size=2),
         "depthwise_conv2d": lambda x: ops.depthwise_conv2d(x, f(6, 1, 3, 3)),
         "conv2d_transpose": lambda x: ops.conv2d_transpose(x, f(3, 2, 3, 3), stride=2),
         "pool2d": lambda x: ops.pool2d(x, kernel_size=2, stride=2, pooling_type="avg"),
