@@ -1,14 +1,10 @@
-"""Test setup: several CPU devices (for shard_map tests) before JAX starts its backend, XLA
-flags that compile fast, and an autotune cache and an XLA compilation cache of the test run's
-own (so no user cache is read or written)."""
+"""Test setup: several CPU devices (for shard_map tests) before JAX starts its backend (this
+process's alone: the processes tests start choose their own), and an autotune cache and an XLA
+compilation cache of the test run's own (so no user cache is read or written)."""
 import os
 import shutil
 import tempfile
 
-# XLA's backend without LLVM's optimisations: tests run tiny shapes, where compiling is most of
-# the time (a ResNet smoke test: 74 s -> 52 s). The processes tests start (scripts, notebooks,
-# launched workers) inherit it; the 8 CPU devices below are this process's alone.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 # one cache for the run, shared by pytest-xdist's workers (the cache is safe between processes):
 # an op one worker tuned is not timed again by the other
 _run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
