@@ -366,6 +366,9 @@ def pool2d(x, *, pooling_type, kernel, stride, pads, exclusive, data_format):
     more bottom and right padding); an average divides by the input elements under its window
     (``exclusive``) or by ``kh * kw``. Batchable; not differentiable on its own (``pool2d``'s
     variant gives it the reference kernel's derivatives). Callers check :func:`pool2d_fits`.
+    Unlike the reference (XLA's max), a max window holding a NaN gives the largest of its other
+    values, as Paddle Inference's oneDNN pooling does: check a program for NaNs untuned
+    (:mod:`paddlejax.nancheck`).
 
     >>> if available():
     ...     y = pool2d(jnp.arange(16.0).reshape(1, 4, 4, 1), pooling_type="max", kernel=(2, 2), stride=(2, 2),
@@ -410,7 +413,7 @@ def conv2d_pool(x, w, bias, *, stride, pads, dilation, groups, act, act_alpha, p
     explicit ``pool_pads``, where the convolution's output goes through the cache a few images at
     a time and never to memory whole. Batchable; not differentiable on its own (the
     ``conv2d_pool`` op's variant gives it the reference kernel's derivatives). Callers check
-    :func:`conv2d_pool_fits`.
+    :func:`conv2d_pool_fits`. Max pooling passes NaNs over, as :func:`pool2d` does.
 
     >>> if available():
     ...     y = conv2d_pool(jnp.ones((1, 4, 4, 1)), jnp.ones((1, 1, 3, 3)), None, stride=(1, 1),
