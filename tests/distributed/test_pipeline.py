@@ -167,9 +167,14 @@ def test_plot_timeline_draws_one_bar_per_unit_of_work():
     matplotlib.use("Agg")
     from paddlejax.distributed.pipeline import plot_timeline
 
+    import matplotlib.pyplot as plt
+
     ax = plot_timeline(make_schedule("1f1b", 4, 8))
-    assert len(ax.patches) == 2 * 4 * 8
-    assert ax.get_title().startswith("1f1b: bubble theory 3/11")
+    try:
+        assert len(ax.patches) == 2 * 4 * 8
+        assert ax.get_title().startswith("1f1b: bubble theory 3/11")
+    finally:
+        plt.close(ax.figure)  # a pyplot figure lives until closed; later tests count them
 
 
 # -- the Trainer with a pipeline strategy -------------------------------------------------------------

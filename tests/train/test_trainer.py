@@ -378,11 +378,11 @@ def test_tensorboard_events_and_curve_plot(tmp_path):
     import matplotlib
     import matplotlib.pyplot as plt
 
-    before = matplotlib.get_backend()
+    before, figures = matplotlib.get_backend(), plt.get_fignums()
     matplotlib.use("svg")
     try:
         png = t.plot(str(tmp_path / "curves.png"))
-        assert matplotlib.get_backend() == "svg" and not plt.get_fignums()
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == figures
     finally:
         matplotlib.use(before)
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
