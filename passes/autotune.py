@@ -196,7 +196,7 @@ class TuneCache:
         times = entry.get("times_ms") if isinstance(entry, dict) else None
         if (not isinstance(times, dict) or entry.get("signature") != signature
                 or not all(t is None or isinstance(t, (int, float)) for t in times.values())):
-            warnings.warn(f"autotune cache {self.path}: entry for {signature['op']} {signature['shapes']} "
+            warnings.warn(f"autotune cache {self.path}: entry for {signature.get('op', 'a program')} {signature.get('shapes', '')} "
                           f"does not match its key; retuning", AutotuneCacheWarning, stacklevel=3)
             return None
         timed = {c: times[c] for c in candidates if times.get(c) is not None}
@@ -354,13 +354,15 @@ class Decision:
 class Plan:
     """A whole-program candidate: the program in ``layout`` (``""``: as it is), with the
     per-op kernel choices (``kernels``) or with every op's default kernel, as ``program``;
-    ``ms`` is its measured low-quartile latency (``None``: not timed; see :func:`low_quartile`)."""
+    ``ms`` is its measured low-quartile latency (``None``: not timed; see :func:`low_quartile`);
+    ``floor_ms`` the sum of its tunable ops' times measured alone, which it cannot beat by much."""
 
     layout: str
     kernels: bool
     program: Program | None = dataclasses.field(default=None, repr=False)
     ms: float | None = None
     runners_up: bool = False  # the close calls' runners-up in place of their winners (see runners_up)
+    floor_ms: float = 0.0
 
     @property
     def label(self) -> str:
@@ -380,7 +382,8 @@ def lost_at_warmup(seconds: float, slower_than: float) -> bool:
 
 
 def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repeats: int,
-                     deadline: float, race: bool = False, min_seconds: float = 0.0) -> dict[str, list[float]]:
+                     deadline: float, race: bool = False, min_seconds: float = 0.0,
+                     floors: dict[str, float] | None = None) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns`` on ``args``, round by round: every round calls each
     once, so that one round's calls share the machine's state; ``repeats`` rounds, more until
     ``min_seconds`` have been spent timing (small programs get enough rounds for a stable
@@ -388,20 +391,34 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
     round on a function whose :func:`low_quartile` is past :data:`RACE_MARGIN` times the best
     one's is called no more (its list is shorter), and one whose warm-up call already lost
     (:func:`lost_at_warmup`) against the fastest warm-up is not timed: its list holds that call.
+    ``floors`` (seconds a function takes at least, as the sum of its ops' times alone) order
+    the warm-ups, lowest first, and with ``race`` a function whose floor has already lost
+    against the fastest warm-up is never called: its list is empty. (A program running XLA's
+    int8 depthwise convolutions takes 40 s a call where the tuned one takes 20 ms.)
 
     The pass calls this module attribute, so tests can replace it with fixed timings.
+
+    >>> slow = lambda x: 1 / 0  # never called: its floor already lost
+    >>> rounds = measure_programs({"fast": abs, "slow": slow}, (1.0,), warmup=1, repeats=2, deadline=math.inf,
+    ...                           race=True, floors={"fast": 0.0, "slow": 60.0})
+    >>> len(rounds["fast"]), rounds["slow"]
+    (2, [])
     """
-    warm = {}
-    for label, fn in fns.items():
+    floors = floors or {}
+    warm, skipped = {}, set()
+    for label in sorted(fns, key=lambda k: floors.get(k, 0.0)):
+        if race and warm and lost_at_warmup(floors.get(label, 0.0), min(warm.values())):
+            skipped.add(label)
+            continue
         for _ in range(max(warmup, 1)):  # the first call may still compile
             start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
+            jax.block_until_ready(fns[label](*args))
             warm[label] = time.perf_counter() - start
     times: dict[str, list[float]] = {label: [] for label in fns}
-    running, began = dict(fns), time.perf_counter()
+    running, began = {k: f for k, f in fns.items() if k not in skipped}, time.perf_counter()
     if race:
         fastest = min(warm.values())
-        for label in [k for k in fns if lost_at_warmup(warm[k], fastest)]:
+        for label in [k for k in running if lost_at_warmup(warm[k], fastest)]:
             times[label] = [warm[label]]
             del running[label]
     for i in range(MAX_ROUNDS):
@@ -422,14 +439,14 @@ def measure_programs(fns: dict[str, Callable], args: tuple, *, warmup: int, repe
 def fastest_plan(rounds: dict[str, list[float]], unchanged: str, min_gain: float) -> str:
     """The plan to keep from :func:`measure_programs`' ``rounds``: the one with the fastest
     :func:`low_quartile`; it must beat the ``unchanged`` program's by ``min_gain`` (a fraction)
-    to replace it.
+    to replace it; a plan never called (an empty list, see ``floors``) is out of the running.
 
     >>> fastest_plan({"as is": [3.0, 3.1, 2.9], "tuned": [2.0, 2.6, 2.5], "other": [4.0, 4.2]}, "as is", 0.03)
     'tuned'
     >>> fastest_plan({"as is": [3.0, 3.0, 3.0], "tuned": [2.95, 2.92, 3.0]}, "as is", 0.03)
     'as is'
     """
-    best = {label: low_quartile(t) for label, t in rounds.items()}
+    best = {label: low_quartile(t) for label, t in rounds.items() if t}  # an empty list: never called
     fastest = min(best, key=best.get)
     if unchanged in best and best[fastest] > (1 - min_gain) * best[unchanged]:
         return unchanged
@@ -520,6 +537,18 @@ def _carried(program: Program, decisions: list[Decision]) -> list[Decision]:
     ops = [op for op in program.walk() if op.type in TUNABLE]
     assert len(ops) == len(decisions), "a layout conversion changed the tunable ops"
     return [dataclasses.replace(d, op=op) for op, d in zip(ops, decisions)]
+
+
+def _floor_ms(decisions: list[Decision], kernels: bool) -> float:
+    """The sum of the ops' times alone with their chosen kernels (``kernels``) or their default
+    ones: a program running them takes about that long at least. Ops not timed count 0.
+
+    >>> from paddlejax.ir import Op
+    >>> d = Decision(Op("conv2d", [], []), {}, {"default": 9.0, "onednn": 0.5}, "onednn", False)
+    >>> _floor_ms([d, d], True), _floor_ms([d, d], False)
+    (1.0, 18.0)
+    """
+    return sum(d.times_ms.get(d.chosen if kernels else DEFAULT) or 0.0 for d in decisions)
 
 
 def runners_up(decisions: list[Decision]) -> list[Decision] | None:
@@ -757,10 +786,12 @@ class Autotune(Pass):
             options = self._kernel_options(tried[layout])
             if self.layout == "auto" and layout != current:  # the converted program runs tuned only
                 options = options[-1:]
-            plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels)) for kernels in options]
+            plans += [Plan(layout, kernels, program=_annotated(variant, tried[layout], kernels),
+                           floor_ms=_floor_ms(tried[layout], kernels)) for kernels in options]
             flipped = runners_up(tried[layout]) if layout not in carried and True in options else None
             if flipped is not None and self.check and any(d.chosen != DEFAULT for d in flipped):
-                plans.append(Plan(layout, True, program=_annotated(variant, flipped, True), runners_up=True))
+                plans.append(Plan(layout, True, program=_annotated(variant, flipped, True), runners_up=True,
+                                  floor_ms=_floor_ms(flipped, True)))
         plans_cached = len(plans) > 1 and self._choose(program, plans, store, ctx)
         tuned = [d for layout, ds in tried.items() if layout not in carried for d in ds]
         if any(not d.cached for d in tuned) or len(plans) > 1 and not plans_cached:
@@ -818,14 +849,15 @@ class Autotune(Pass):
                                                                  freeze_params=self.frozen) for plan in plans})
             deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
             rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
-                                      race=True, min_seconds=PLAN_MIN_SECONDS)
-            times = {label: 1e3 * low_quartile(t) for label, t in rounds.items()}
+                                      race=True, min_seconds=PLAN_MIN_SECONDS,
+                                      floors={plan.label: plan.floor_ms / 1e3 for plan in plans})
+            times = {label: 1e3 * low_quartile(t) if t else None for label, t in rounds.items()}
             entry = {"signature": signature, "device": device_kind(), "jax": jax.__version__, "times_ms": times,
                      "chosen": fastest_plan(rounds, Plan(program_layout(program), False).label, self.min_gain)}
             store.store(key, entry)
         for plan in plans:
             plan.ms = entry["times_ms"][plan.label]
-        plans.sort(key=lambda p: (p.label != entry["chosen"], p.ms))
+        plans.sort(key=lambda p: (p.label != entry["chosen"], math.inf if p.ms is None else p.ms))
         return cached
 
     def decide(self, program: Program, store: TuneCache, ctx: PassContext | None = None) -> list[Decision]:

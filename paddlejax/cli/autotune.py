@@ -61,7 +61,7 @@ def main(args) -> int:
         print(format_table(decision_table(decisions, args.reduced_precision)))
     if len(plans) > 1:
         print(f"whole program ({'frozen' if args.frozen else 'argument'} parameters), low-quartile ms:")
-        print(format_table([("plan", "ms"), *((p.label, f"{p.ms:.3f}") for p in plans)], right_from=1))
+        print(format_table([("plan", "ms"), *((p.label, "skip" if p.ms is None else f"{p.ms:.3f}") for p in plans)], right_from=1))
     print(", ".join(f"{k} {v}" for k, v in result.stats.items()))
     if args.output:
         save(program, args.output)

@@ -49,11 +49,13 @@ def timings(monkeypatch):
 
 @pytest.fixture
 def plan_timings(monkeypatch):
-    """Inject milliseconds per plan label; ``calls`` lists the label sets timed."""
+    """Inject milliseconds per plan label; ``calls`` lists the label sets timed, ``floors`` the
+    floors (seconds) each call was given."""
     calls, table = [], {}
 
-    def fake(fns, args, *, warmup, repeats, deadline, race=False, min_seconds=0.0):
+    def fake(fns, args, *, warmup, repeats, deadline, race=False, min_seconds=0.0, floors=None):
         calls.append(sorted(fns))
+        table.setdefault("floors", []).append(floors)
         for fn in fns.values():  # the plans are real executables
             fn(*args)
         return {label: [table[label] / 1e3] for label in fns}
@@ -254,6 +256,19 @@ def test_tampered_choice_is_not_trusted(prog, timings, tmp_path):
     assert result.stats["cached"] == 2 and [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
 
 
+def test_a_tampered_plan_entry_warns_and_the_plans_are_timed_again(prog, timings, plan_timings, tmp_path):
+    cache = tmp_path / "c.json"
+    plan_timings[0].update({"NCHW": 3.0, "NCHW, tuned kernels": 2.0})
+    tune_plans(prog.clone(), cache, layout="keep")
+    data = json.loads(cache.read_text())
+    (plan_entry,) = [e for e in data["entries"].values() if "program" in e["signature"]]
+    plan_entry["times_ms"]["NCHW"] = "fast"
+    cache.write_text(json.dumps(data))
+    with pytest.warns(AutotuneCacheWarning, match="entry for a program .*does not match its key; retuning"):
+        result, plans = tune_plans(prog, cache, layout="keep")
+    assert result.stats["plans_cached"] == 0 and dict(plan_labels(plans))["NCHW"] == 3.0
+
+
 def test_excluded_variant_is_never_chosen_and_the_cache_still_serves(prog, timings, tmp_path):
     cache = tmp_path / "c.json"
     tune(prog.clone(), cache)
@@ -416,6 +431,45 @@ def test_whole_program_check_keeps_the_untuned_program_when_it_is_faster(prog, t
     assert plan_labels(plans) == [("NCHW", 3.0), ("NCHW, tuned kernels", 4.0)]
     assert not result.changed and str(prog) == before and result.stats["annotated"] == 0
     assert plan_timings[1] == [["NCHW", "NCHW, tuned kernels"]]
+
+
+def test_plans_are_given_their_ops_times_as_floors(prog, timings, plan_timings, tmp_path):
+    # per op: conv2d im2col 1 ms (default 5), depthwise_shifted 0.5 ms (default 5)
+    plan_timings[0].update({"NCHW": 3.0, "NCHW, tuned kernels": 2.0})
+    tune_plans(prog, tmp_path / "c.json", layout="keep")
+    floors = plan_timings[0]["floors"][-1]
+    assert floors == pytest.approx({"NCHW": 10.0 / 1e3, "NCHW, tuned kernels": 1.5 / 1e3})
+
+
+def test_a_plan_whose_ops_alone_take_far_longer_than_another_plan_is_never_run(prog, timings, tmp_path):
+    # XLA's int8 depthwise convolution on a CPU: seconds a call, where the tuned kernel takes
+    # 0.1 ms; the untuned program's first call alone would take longer than tuning everything
+    timings[0].update({"default": 60_000.0})
+    result, plans = tune_plans(prog, tmp_path / "c.json", layout="keep")
+    times = dict(plan_labels(plans))
+    assert times["NCHW"] is None and plans[-1].label == "NCHW"
+    assert plans[0].label.startswith("NCHW, tuned kernels") and plans[0].ms > 0
+    assert result.stats["annotated"] == 2
+    # the cache keeps the plan as not timed, and a second pass reads it back as such
+    _, again = tune_plans(prog, tmp_path / "c.json", layout="keep")
+    assert dict(plan_labels(again)) == times
+
+
+def test_measure_programs_never_calls_a_function_whose_floor_has_lost():
+    called = []
+
+    def fn(label):
+        return lambda x: called.append(label) or x
+
+    fns = {"slow floor": fn("slow floor"), "fast": fn("fast"), "close floor": fn("close floor")}
+    rounds = autotune.measure_programs(fns, (np.ones(2),), warmup=1, repeats=2, deadline=float("inf"), race=True,
+                                       floors={"slow floor": 30.0, "fast": 0.0, "close floor": 0.01})
+    assert rounds["slow floor"] == [] and "slow floor" not in called
+    assert called[0] == "fast" and len(rounds["close floor"]) >= 2  # warmed up lowest floor first
+    # without race every function is timed, floors or not
+    rounds = autotune.measure_programs(fns, (np.ones(2),), warmup=1, repeats=2, deadline=float("inf"),
+                                       floors={"slow floor": 30.0})
+    assert all(len(t) == 2 for t in rounds.values())
 
 
 def test_a_plan_within_the_noise_leaves_the_program_as_it_is(prog, timings, plan_timings, tmp_path):
@@ -652,7 +706,7 @@ def test_a_training_program_times_forward_and_backward_at_the_contexts_sizes(pro
 def test_training_plans_are_timed_as_gradient_steps(prog, timings, monkeypatch, tmp_path):
     steps = []
 
-    def fake(fns, args, *, warmup, repeats, deadline, race=False, min_seconds=0.0):
+    def fake(fns, args, *, warmup, repeats, deadline, race=False, min_seconds=0.0, floors=None):
         steps.extend(fn(*args) for fn in fns.values())
         return {label: [1e-3 if "tuned" in label else 3e-3] for label in fns}
 
