@@ -541,14 +541,18 @@ def _carried(program: Program, decisions: list[Decision]) -> list[Decision]:
 
 def _floor_ms(decisions: list[Decision], kernels: bool) -> float:
     """The sum of the ops' times alone with their chosen kernels (``kernels``) or their default
-    ones: a program running them takes about that long at least. Ops not timed count 0.
+    ones: a program running them takes about that long at least. A default not timed was
+    hopeless (:func:`hopeless_default`): infinite.
 
     >>> from paddlejax.ir import Op
     >>> d = Decision(Op("conv2d", [], []), {}, {"default": 9.0, "onednn": 0.5}, "onednn", False)
     >>> _floor_ms([d, d], True), _floor_ms([d, d], False)
     (1.0, 18.0)
+    >>> _floor_ms([dataclasses.replace(d, times_ms={"default": None, "onednn": 0.5})], False)
+    inf
     """
-    return sum(d.times_ms.get(d.chosen if kernels else DEFAULT) or 0.0 for d in decisions)
+    times = [d.times_ms.get(d.chosen if kernels else DEFAULT) for d in decisions]
+    return sum(math.inf if t is None else t for t in times)
 
 
 def runners_up(decisions: list[Decision]) -> list[Decision] | None:
@@ -598,6 +602,10 @@ CLOSE_CALL = 0.1
 # not timed (unless ``top_k=0``): im2col or shifted matmuls on a CPU, Winograd on large maps
 EXPECTED_LOSS = 2 / 3
 
+
+# An op's default kernel is not timed once it lost to the fastest kernel by this factor or more
+# on every op of its kind measured, at least HOPELESS_EVIDENCE of them (see hopeless_default)
+HOPELESS_DEFAULT, HOPELESS_EVIDENCE = 20.0, 3
 
 # Feature maps of at most this many positions are "small": kernels rank differently there
 # (Winograd's tiles, say, pay off on ResNet's 8x8 and 4x4 stages and not on its 32x32 one)
@@ -653,6 +661,46 @@ def predicted_speedups(signature: dict, platform: str | None = None) -> dict[str
         t = opdef.estimate(variant, shapes, dtypes, attrs, platform)
         out[variant] = None if t is None else base / t
     return out
+
+
+def hopeless_default(store: "TuneCache", signature: dict) -> bool:
+    """Whether the default kernel of the op of ``signature`` is not worth timing: on every one
+    of at least :data:`HOPELESS_EVIDENCE` ops of its kind (same op, dtypes and layout, grouped
+    or not, constant operands, training) measured on this device and jax version, it took
+    :data:`HOPELESS_DEFAULT` times as long as the fastest kernel or more. XLA's int8 grouped
+    convolutions on a CPU are so: 7 s a call on one of PP-OCR's layers where oneDNN takes
+    0.3 ms, and timing them took half of a cold int8 Predictor's creation.
+
+    >>> store = TuneCache("/nonexistent/c.json")
+    >>> sig = lambda c: {"op": "quantized_conv2d", "shapes": [[3, 8, 8, c], [c, 1, 3, 3]],
+    ...                  "dtypes": ["int8"] * 2, "attrs": {"groups": c, "data_format": "NHWC"}}
+    >>> for i, c in enumerate((16, 32, 64)):
+    ...     store.store(str(i), {"signature": sig(c), "device": device_kind(), "jax": jax.__version__,
+    ...                          "times_ms": {"default": 30.0 * c, "onednn": 0.2}, "chosen": "onednn"})
+    >>> hopeless_default(store, sig(480)), hopeless_default(store, {**sig(480), "dtypes": ["float32"] * 2})
+    (True, False)
+    """
+    def kind(sig: dict) -> tuple:
+        attrs = _kernel_attrs(sig) if "attrs" in sig else {}
+        return (sig["op"], tuple(sig["dtypes"]), attrs.get("data_format"), (attrs.get("groups") or 1) > 1,
+                tuple(sig.get("constant_operands", ())), bool(sig.get("training")))
+
+    wanted, device, version, seen = kind(signature), device_kind(), jax.__version__, 0
+    for entry in store.entries.values():
+        try:
+            if (entry["device"], entry["jax"]) != (device, version) or kind(entry["signature"]) != wanted:
+                continue
+            times = entry["times_ms"]
+            default = times[DEFAULT]
+            fastest = min(t for c, t in times.items() if c != DEFAULT and isinstance(t, (int, float)) and t > 0)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            continue  # a plan's entry, or a malformed one
+        if default is None:
+            continue  # judged hopeless already: no new evidence
+        if not isinstance(default, (int, float)) or default < HOPELESS_DEFAULT * fastest:
+            return False
+        seen += 1
+    return seen >= HOPELESS_EVIDENCE
 
 
 def learned_speedups(store: "TuneCache", signature: dict) -> dict[str, float]:
@@ -886,7 +934,7 @@ class Autotune(Pass):
         compiled = compile_all({(key, c): build for key, trial in trials.items() for c, build in trial.builds.items()})
         bar.set_description("autotune")
         for key, trial in trials.items():
-            times = self._race(trial, {c: compiled[key, c] for c in trial.builds})
+            times = self._race(trial, {c: compiled[key, c] for c in trial.builds}, store)
             timed = {c: t for c, t in times.items() if t is not None}
             entries[key] = {"signature": trial.signature, "device": device, "jax": version, "times_ms": times,
                             "chosen": min(timed, key=timed.get)}
@@ -937,8 +985,9 @@ class Autotune(Pass):
         workspace limit, ranked below ``top_k`` by what the cache has measured on ops like this
         one (:func:`learned_speedups`) or else by the op library's estimate
         (:func:`predicted_speedups`), expected to be a clear loss (:data:`EXPECTED_LOSS`), or
-        computing as the default does there. The default is always timed, so there is always
-        a choice."""
+        computing as the default does there. The default is timed too, so there is always a
+        choice, unless another kernel is and the cache shows the default hopeless on ops of
+        this kind (:func:`hopeless_default`)."""
         opdef = registry.get(op.type)
         attrs = _kernel_attrs(signature)
         rng = np.random.default_rng(0)
@@ -973,22 +1022,27 @@ class Autotune(Pass):
                    or self.top_k and (c in known[self.top_k:] or c in known and speedups[c] < EXPECTED_LOSS)}
         # the default last: a slow one (XLA's int8 convolution takes seconds a call) must not
         # use up the op's time before the kernels ranked first are timed
-        timed = [c for c in others if c not in skipped] + [DEFAULT]
+        timed = [c for c in others if c not in skipped]
+        if not (timed and self.top_k and hopeless_default(store, signature)):
+            timed.append(DEFAULT)
         builds = {c: lambda c=c: jax.jit(functools.partial(call, opdef.bind if c == DEFAULT else opdef.variants[c])
                                          ).lower(*args).compile() for c in timed}
         return Trial(signature, args, [DEFAULT, *others], builds)
 
-    def _race(self, trial: Trial, fns: dict) -> dict[str, float | None]:
+    def _race(self, trial: Trial, fns: dict, store: TuneCache) -> dict[str, float | None]:
         """Low-quartile milliseconds of each of ``trial``'s compiled candidates ``fns``, in their ranked
-        order with the default last (always timed); ``None`` for one not timed or not reached
-        before the op's deadline. A candidate stops being timed once it is clearly slower than
-        the best so far."""
+        order with the default last; ``None`` for one not timed or not reached before the op's
+        deadline. A candidate stops being timed once it is clearly slower than the best so far.
+        The default is timed unless another kernel was and ``store`` shows it hopeless on ops
+        of this kind (:func:`hopeless_default`; unless ``top_k=0``, which times everything)."""
         deadline = time.perf_counter() + self.max_seconds if self.max_seconds else math.inf
         times: dict[str, float | None] = dict.fromkeys(trial.candidates)
         for c in trial.builds:
             if c != DEFAULT and time.perf_counter() > deadline:
                 continue
             best = min((t for t in times.values() if t is not None), default=math.inf)
+            if c == DEFAULT and best < math.inf and self.top_k and hopeless_default(store, trial.signature):
+                continue
             times[c] = 1e3 * measure(c, fns[c], trial.args, warmup=self.warmup, repeats=self.repeats,
                                      deadline=deadline, slower_than=RACE_MARGIN * best / 1e3)
         return times

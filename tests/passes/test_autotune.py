@@ -455,6 +455,45 @@ def test_a_plan_whose_ops_alone_take_far_longer_than_another_plan_is_never_run(p
     assert dict(plan_labels(again)) == times
 
 
+def test_a_default_that_lost_by_far_on_every_op_of_its_kind_is_no_longer_timed(prog, timings, tmp_path):
+    # XLA's int8 grouped convolutions on a CPU lose to oneDNN's by 1,000x and more
+    timings[0].update({"default": 5_000.0})
+    cache = tmp_path / "c.json"
+    for batch in (2, 3, 4):  # three ops of each kind measured, the default timed on each
+        tune(prog.clone(), cache, sizes=f"b={batch}")
+    assert timings[1].count("default") == 6
+    timings[1].clear()
+    for batch in (5, 6):  # an op whose default was not timed leaves the evidence as it was
+        _, decisions = tune(prog.clone(), cache, sizes=f"b={batch}", top_k=2)
+        assert [d.chosen for d in decisions] == ["im2col", "depthwise_shifted"]
+        assert all(d.times_ms["default"] is None for d in decisions)
+    assert "default" not in timings[1]
+    # top_k=0 times every candidate, the default too
+    timings[1].clear()
+    tune(prog.clone(), cache, sizes="b=7", top_k=0)
+    assert timings[1].count("default") == 2
+
+
+def test_a_default_that_once_came_close_is_always_timed(prog, timings, tmp_path):
+    cache = tmp_path / "c.json"
+    for batch, default in ((2, 5_000.0), (3, 5_000.0), (4, 10.0), (5, 5_000.0)):
+        timings[0]["default"] = default  # 10 ms: 10x im2col's, 20x depthwise_shifted's
+        tune(prog.clone(), cache, sizes=f"b={batch}")
+    timings[1].clear()
+    tune(prog.clone(), cache, sizes="b=6", top_k=2)
+    assert timings[1].count("default") == 1  # the conv's; the depthwise conv's default is hopeless
+
+
+def test_an_untuned_plan_with_a_hopeless_default_is_never_run(prog, timings, tmp_path):
+    timings[0].update({"default": 5_000.0})
+    cache = tmp_path / "c.json"
+    for batch in (3, 4, 5):
+        tune(prog.clone(), cache, sizes=f"b={batch}")
+    result, plans = tune_plans(prog, cache, layout="keep", top_k=2)
+    assert [p.floor_ms for p in plans if not p.kernels] == [float("inf")]
+    assert dict(plan_labels(plans))["NCHW"] is None and plans[0].label.startswith("NCHW, tuned kernels")
+
+
 def test_measure_programs_never_calls_a_function_whose_floor_has_lost():
     called = []
 
