@@ -888,18 +888,20 @@ class Autotune(Pass):
         cached = entry is not None
         if not cached:
             args = random_inputs(program, env)
+            # a plan running a hopeless default kernel (an infinite floor) is not even compiled
+            runnable = [plan for plan in plans if plan.floor_ms < math.inf]
             if training:
                 args = (program.params, *args)
                 fns = compile_all({plan.label: lambda p=plan.program: jax.jit(gradient_step(p, True)).lower(
-                    *args).compile() for plan in plans})
+                    *args).compile() for plan in runnable})
             else:
                 fns = compile_all({plan.label: functools.partial(plan.program.compile, *args,
-                                                                 freeze_params=self.frozen) for plan in plans})
-            deadline = time.perf_counter() + self.max_seconds * len(plans) if self.max_seconds else math.inf
+                                                                 freeze_params=self.frozen) for plan in runnable})
+            deadline = time.perf_counter() + self.max_seconds * len(runnable) if self.max_seconds else math.inf
             rounds = measure_programs(fns, args, warmup=self.warmup, repeats=self.repeats, deadline=deadline,
                                       race=True, min_seconds=PLAN_MIN_SECONDS,
-                                      floors={plan.label: plan.floor_ms / 1e3 for plan in plans})
-            times = {label: 1e3 * low_quartile(t) if t else None for label, t in rounds.items()}
+                                      floors={plan.label: plan.floor_ms / 1e3 for plan in runnable})
+            times = {label: 1e3 * low_quartile(rounds[label]) if rounds.get(label) else None for label in labels}
             entry = {"signature": signature, "device": device_kind(), "jax": jax.__version__, "times_ms": times,
                      "chosen": fastest_plan(rounds, Plan(program_layout(program), False).label, self.min_gain)}
             store.store(key, entry)

@@ -484,14 +484,17 @@ def test_a_default_that_once_came_close_is_always_timed(prog, timings, tmp_path)
     assert timings[1].count("default") == 1  # the conv's; the depthwise conv's default is hopeless
 
 
-def test_an_untuned_plan_with_a_hopeless_default_is_never_run(prog, timings, tmp_path):
+def test_an_untuned_plan_with_a_hopeless_default_is_never_compiled_or_run(prog, timings, tmp_path, monkeypatch):
     timings[0].update({"default": 5_000.0})
     cache = tmp_path / "c.json"
     for batch in (3, 4, 5):
         tune(prog.clone(), cache, sizes=f"b={batch}")
+    compiled, compile_all = [], autotune.compile_all
+    monkeypatch.setattr(autotune, "compile_all", lambda builders: compiled.extend(builders) or compile_all(builders))
     result, plans = tune_plans(prog, cache, layout="keep", top_k=2)
     assert [p.floor_ms for p in plans if not p.kernels] == [float("inf")]
     assert dict(plan_labels(plans))["NCHW"] is None and plans[0].label.startswith("NCHW, tuned kernels")
+    assert "NCHW" not in compiled and "NCHW, tuned kernels" in compiled
 
 
 def test_measure_programs_never_calls_a_function_whose_floor_has_lost():
