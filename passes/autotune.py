@@ -756,7 +756,8 @@ class Autotune(Pass):
     variants ranked fastest by the cost model: what the cache measured on ops like this one,
     else the op library's estimate (:func:`predicted_speedups`; variants with neither are always
     timed, those that compute as the default does never, those expected at under 2/3 of its
-    speed neither; 0: time all); ``max_seconds`` bounds the
+    speed neither; 0: time all; on a cold cache one op of each kind is timed on every candidate
+    first, so that the others of its kind are ranked by it); ``max_seconds`` bounds the
     timing of one op (candidates not started by then are skipped; 0: no bound) and of each
     whole-program plan; ``workspace_mb`` skips variants whose :func:`workspace_bytes` exceed it
     (0: no limit); ``reduced_precision`` lets variants that compute in a narrower type
@@ -920,33 +921,45 @@ class Autotune(Pass):
         ops = [op for op in program.walk() if op.type in TUNABLE]
         signatures = [self._signature(op, env, training) for op in ops]
         keys = [cache_key(signature, device, version) for signature in signatures]
-        entries, trials = {}, {}  # the cache's entries; the ops to time (once per signature)
+        entries, pending = {}, {}  # the cache's entries; the ops to time (once per signature)
         for op, signature, key in zip(ops, signatures, keys):
-            if key in entries or key in trials:
+            if key in entries or key in pending:
                 continue
             entry = store.lookup(key, signature, self._candidates(op.type))
             if entry is None:
-                trials[key] = self._trial(op, signature, store)
+                pending[key] = (op, signature)
             else:
                 entries[key] = entry
-        bar = self._progress_bar(len(trials))
-        # every op's candidates compile at once, so that a slow compile (Winograd's) never
-        # leaves a core idle; then each op is timed alone
-        bar.set_description("autotune (compiling)")
-        compiled = compile_all({(key, c): build for key, trial in trials.items() for c, build in trial.builds.items()})
-        bar.set_description("autotune")
-        for key, trial in trials.items():
-            times = self._race(trial, {c: compiled[key, c] for c in trial.builds}, store)
-            timed = {c: t for c, t in times.items() if t is not None}
-            entries[key] = {"signature": trial.signature, "device": device, "jax": version, "times_ms": times,
-                            "chosen": min(timed, key=timed.get)}
-            store.store(key, entries[key])
-            bar.update()
+        # two waves: first one op of each kind the cache knows nothing about, every candidate
+        # timed; then the rest, ranked by what the first wave measured (top_k of them timed)
+        first, kinds = {}, set()
+        for key, (op, signature) in pending.items():
+            kind = op_class(signature)
+            if kind not in kinds and not learned_speedups(store, signature):
+                first[key] = (op, signature)
+            kinds.add(kind)
+        waves = [first, {k: v for k, v in pending.items() if k not in first}]
+        bar = self._progress_bar(len(pending))
+        for wave in waves:
+            trials = {key: self._trial(op, signature, store) for key, (op, signature) in wave.items()}
+            # a wave's candidates compile at once, so that a slow compile (Winograd's) never
+            # leaves a core idle; then each op is timed alone
+            bar.set_description("autotune (compiling)")
+            compiled = compile_all({(key, c): build for key, trial in trials.items()
+                                    for c, build in trial.builds.items()})
+            bar.set_description("autotune")
+            for key, trial in trials.items():
+                times = self._race(trial, {c: compiled[key, c] for c in trial.builds}, store)
+                timed = {c: t for c, t in times.items() if t is not None}
+                entries[key] = {"signature": trial.signature, "device": device, "jax": version, "times_ms": times,
+                                "chosen": min(timed, key=timed.get)}
+                store.store(key, entries[key])
+                bar.update()
         bar.close()
         decisions, seen = [], set()
         for op, signature, key in zip(ops, signatures, keys):  # an op like one timed before: served by it
             decisions.append(Decision(op, signature, entries[key]["times_ms"], entries[key]["chosen"],
-                                      key not in trials or key in seen))
+                                      key not in pending or key in seen))
             seen.add(key)
         return decisions
 

@@ -806,6 +806,21 @@ def test_a_cold_cache_times_the_default_and_the_cost_models_top_picks(prog, timi
     assert {c for c, t in decisions[0].times_ms.items() if t is None} == {"lax_nhwc"}
 
 
+def test_a_cold_cache_ranks_the_later_ops_of_a_kind_by_the_first(timings, monkeypatch, tmp_path):
+    # an op without a cost model (as quantized_conv2d): the first conv of its kind times every
+    # candidate; the second, of the same kind, only the two that did best there, and the default
+    monkeypatch.setattr(pj.ops.registry.get("conv2d"), "estimate", None)
+    rng = np.random.default_rng(0)
+    w1, w2 = ((0.3 * rng.normal(size=s)).astype(np.float32) for s in ((4, 3, 3, 3), (4, 4, 3, 3)))
+    program = pj.trace(lambda p, x: pj.ops.conv2d(pj.ops.relu(pj.ops.conv2d(x, p["a"], padding=1)), p["b"], padding=1),
+                       pj.InputSpec((None, 3, 8, 8)), params={"a": w1, "b": w2})
+    _, (first, second) = tune(program, tmp_path / "c.json", top_k=2)
+    assert autotune.op_class(first.signature) == autotune.op_class(second.signature)
+    assert None not in first.times_ms.values()
+    winners = sorted((t, c) for c, t in first.times_ms.items() if c != "default")[:2]
+    assert {c for c, t in second.times_ms.items() if t is not None} == {"default", *(c for _, c in winners)}
+
+
 def test_predicted_speedups_follow_the_conv_cost_model():
     from paddlejax.ir import attrs
 
