@@ -68,8 +68,9 @@ def cases(quick: bool, batch: int, image: int, seq: int, data_format: str) -> li
 
 
 def flops(fn, *args) -> float:
-    """FLOPs of one call of ``fn`` as XLA compiles it."""
-    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    """FLOPs of one call of the jitted ``fn`` as XLA compiles it (the executable that its calls
+    with these shapes then reuse: jitting ``fn`` again would compile it a second time)."""
+    cost = fn.lower(*args).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost.get("flops", 0.0))
 
