@@ -593,7 +593,9 @@ class _TickBody:
                 cot = [next(got) if _inexact(o) else np.zeros(o.shape, jax.dtypes.float0)
                        for o in plan.outputs.structs]
             dp, dx = vjp_fn(cot)
-            grads = plan.params.pack([dp[n] for n in plan.param_names], self.cap["params"])
+            # an integer value among the parameters (dropout's key) has float0 "gradients": zeros in its buffer
+            grads = plan.params.pack([jnp.zeros(x.shape, x.dtype) if dp[n].dtype == jax.dtypes.float0 else dp[n]
+                                      for n, x in zip(plan.param_names, plan.params.structs)], self.cap["params"])
             carry = dict(carry, pgrad=jax.tree_util.tree_map(jnp.add, carry["pgrad"], grads))
             send_act, send_grad = self._messages()
             if s > 0:

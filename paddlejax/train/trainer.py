@@ -191,8 +191,9 @@ class Trainer:
         params, opt, merge = self.step_builder.init({n: values[n] for n in trainable}, values, self.tx)
         opt = self.step_builder.place_optimizer(opt)
         extra = {n: v for n, v in values.items() if n not in trainable}
-        self.state = TrainState.create(params, extra, opt, merge, ema=bool(self.ema_decay),
-                                       loss_scale=LossScale.dynamic() if self.amp == "float16" else None)
+        self.state = self.step_builder.place_state(TrainState.create(
+            params, extra, opt, merge, ema=bool(self.ema_decay),
+            loss_scale=LossScale.dynamic() if self.amp == "float16" else None))
         self._objective = Objective(self.train_program, self.loss_fn, tuple(self.metrics))
         self._train_step = self.step_builder.train_step(self._objective, self.tx, self.ema_decay,
                                                         donate=not self.check, report_finite=self.check)

@@ -1,6 +1,9 @@
 """Step builders: one per strategy behind one interface, each giving the single-device update."""
 from __future__ import annotations
 
+import logging
+
+import jax
 import numpy as np
 import optax
 import pytest
@@ -60,6 +63,27 @@ def test_every_step_builder_gives_the_single_device_update_on_a_batch_norm_model
     assert sorted(got) == sorted(want) and {"1.mean", "1.variance"} <= set(got)
     for key in want:  # the parameters and the running statistics alike
         np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.filterwarnings("ignore:data parallel over 8 devices")
+@pytest.mark.parametrize("name", sorted(STRATEGIES) + ["tensor parallel", "one device"])
+def test_only_the_first_step_compiles(name, caplog):
+    # the state the step returns is laid out as the state it was given: the step count,
+    # batch-norm statistics and dropout's key too, which the builders' init does not place
+    others = {"tensor parallel": Strategy(tensor_parallel_degree=2), "one device": None}
+    strategy = others[name] if name in others else STRATEGIES[name][0]
+    nn.seed(0)
+    model = nn.Sequential(nn.Linear(8, 16, bias_attr=False), nn.BatchNorm1D(16), nn.Dropout(0.2), nn.Tanh(),
+                          nn.Linear(16, 3))
+    trainer = pj.Trainer(model, optax.adam(0.05), progress=False, strategy=strategy)
+    x, y = tiled_batch()
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        trainer.train_batch((x,), y)
+        assert any("Compiling" in r.getMessage() and "step" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        for _ in range(2):
+            trainer.train_batch((x,), y)
+    assert [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()] == []
 
 
 def test_the_builder_is_chosen_once_from_the_strategy():

@@ -106,6 +106,8 @@ class StepBuilder:
     batch_norm: str | None = None
     #: keep the optimizer state in host memory between steps (``Strategy.offload_optimizer``)
     offload_optimizer: bool = False
+    #: the device mesh the step runs on; None on one device
+    mesh: jax.sharding.Mesh | None = None
 
     def optimizer(self, tx: optax.GradientTransformation, grad_clip: float | None, weight_decay: float | None,
                   accumulate: int, avg: bool = True) -> optax.GradientTransformation:
@@ -133,6 +135,28 @@ class StepBuilder:
         """``(params, opt, merge)`` for the trainable ``params`` among ``values`` (every value of
         the program), laid out and placed as this step runs them."""
         return params, tx.init(params), {}
+
+    def place_state(self, state: TrainState) -> TrainState:
+        """``state`` with every array :meth:`init` did not place on :attr:`mesh` (the step
+        count, the loss scale, batch-norm statistics, random keys) replicated over it, as the
+        step returns them: left on one device, they would make the second step compile again.
+
+        >>> import jax.numpy as jnp
+        >>> builder = StepBuilder()
+        >>> builder.mesh = jax.make_mesh((1,), ("dp",))
+        >>> step = builder.place_state(TrainState.create({"w": jnp.ones(2)}, {}, ())).step
+        >>> step.sharding.mesh == builder.mesh, step.sharding.is_fully_replicated
+        (True, True)
+        """
+        if self.mesh is None:
+            return state
+        whole = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+
+        def place(x):
+            placed = isinstance(x, jax.Array) and getattr(x.sharding, "mesh", None) == self.mesh
+            return x if placed else jax.device_put(x, whole)
+
+        return jax.tree.map(place, state)
 
     def place_optimizer(self, opt):
         """The optimizer state where it waits between steps: in host memory when offloaded

@@ -44,6 +44,7 @@ class DataParallelStep(StepBuilder):
 
     def __init__(self, strategy: Strategy):
         self.dp = DataParallel(strategy)
+        self.mesh = self.dp.mesh
 
     def optimizer(self, tx, grad_clip, weight_decay, accumulate, avg=True) -> optax.GradientTransformation:
         return super().optimizer(tx, grad_clip, weight_decay, 1, avg)

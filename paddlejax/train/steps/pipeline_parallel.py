@@ -75,11 +75,11 @@ class PipelineParallelStep(StepBuilder):
         if self.user_optimizer is not None:
             self._check_optimizer(params, values)
         if self.zero is None:
-            opt = tx.init(packed)
+            opt = _as_updated(tx, packed)
             rows = {v.shape for v in packed.values()}
             place = lambda leaf: self._rows if jnp.shape(leaf) in rows else self._whole  # noqa: E731
         else:
-            opt = tx.init(self.zero.shard(packed))
+            opt = _as_updated(tx, self.zero.shard(packed))
             place = lambda leaf: self._sharded if jnp.shape(leaf) == (self.zero.length,) else self._whole  # noqa: E731
         return packed, jax.device_put(opt, jax.tree.map(place, opt)), {}
 
@@ -242,3 +242,17 @@ class PipelineParallelStep(StepBuilder):
         if objective.metrics:
             outputs = objective.program.apply(lax.stop_gradient({**self.params(state.params), **extra}), *inputs)[0]
         return Update(params, opt, state.merge, updates, loss, objective.sums(outputs, labels, loss), finite)
+
+
+def _as_updated(tx: optax.GradientTransformation, params):
+    """``tx.init(params)`` in the dtypes ``tx.update`` returns. The packed parameters hold an
+    integer buffer where integer values ride (dropout's key): adam's moments of it start as
+    integers and come back from the first update as floats, which would compile the step again.
+
+    >>> import jax.numpy as jnp
+    >>> _as_updated(optax.adam(0.1), {"uint32": jnp.zeros(2, jnp.uint32)})[0].mu["uint32"].dtype
+    dtype('float32')
+    """
+    opt = tx.init(params)
+    updated = jax.eval_shape(lambda: tx.update(jax.tree.map(jnp.zeros_like, params), opt, params)[1])
+    return jax.tree.map(lambda x, like: jnp.asarray(x, like.dtype), opt, updated)

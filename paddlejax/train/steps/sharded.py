@@ -45,7 +45,6 @@ class ShardedStep(DataParallelStep):
 
     def __init__(self, strategy: Strategy):
         super().__init__(strategy)
-        self.mesh = self.dp.mesh
         self.specs: dict[str, P] = {}
 
     def prepare(self, program: Program) -> None:
