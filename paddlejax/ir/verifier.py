@@ -156,7 +156,7 @@ class _Verifier:
         else:
             if op.blocks:
                 raise VerificationError(f"only {', '.join(STRUCTURAL[3:])} hold blocks")
-            inferred = _cached_infer(op, in_types, self.shapes)
+            inferred = cached_infer_types(op, in_types, self.shapes)
             if inferred != out_types:
                 raise VerificationError(f"results are {_types(out_types)} but the inputs give "
                                         f"{_types(inferred)}")
@@ -386,7 +386,16 @@ def check_attrs(op: Op, num_inputs: int | None = None) -> None:
 _CACHE: dict = {}
 
 
-def _cached_infer(op, in_types, shapes):
+def cached_infer_types(op: Op, in_types: list[TensorType], shapes: "Shapes") -> list[TensorType]:
+    """:func:`infer_types`, remembered by op type, attributes and operand types: a program
+    rewritten many times over (pruning tries ratio after ratio) infers each op once.
+
+    >>> import paddlejax as pj
+    >>> prog = pj.trace(lambda x: pj.ops.relu(x), pj.InputSpec((2, 3)))
+    >>> op = next(o for o in prog.walk() if o.type == "relu")
+    >>> cached_infer_types(op, [v.type for v in op.operands], Shapes(prog)) == [op.results[0].type]
+    True
+    """
     try:
         key = (op.type, tuple(sorted(op.attrs.items())), tuple(in_types),
                tuple(sorted(shapes.env)))

@@ -106,7 +106,7 @@ def _dropped(groups: list[Group], ratios: dict[tuple[str, ...], float], scores: 
 def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None) -> Program:
     """A copy of ``program`` without the channels ``dropped`` (ids of ``graph``, which must be
     the graph of that copy's source: build it with :class:`ChannelGraph` on ``program``)."""
-    from paddlejax.ir.verifier import Shapes, infer_types, verify
+    from paddlejax.ir.verifier import Shapes, cached_infer_types, verify
     from paddlejax.passes import run as run_passes
 
     graph = graph or ChannelGraph(program)
@@ -137,7 +137,7 @@ def apply(program: Program, dropped: set[int], graph: ChannelGraph | None = None
                 old.traits.channel_axis(old.attrs, len(old.operands[0].type.shape))]}
         for axis, ids in resized.get(id(old), ()):
             op.attrs = _written_size(op.attrs, axis, int(np.count_nonzero(~np.isin(ids, drop))))
-        for r, t in zip(op.results, infer_types(op, [v.type for v in op.operands], shapes)):
+        for r, t in zip(op.results, cached_infer_types(op, [v.type for v in op.operands], shapes)):
             r.type = t
     if graph.dead:  # their types were not followed: they go
         out = run_passes(out, "dce")
