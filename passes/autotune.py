@@ -196,8 +196,9 @@ class TuneCache:
         times = entry.get("times_ms") if isinstance(entry, dict) else None
         if (not isinstance(times, dict) or entry.get("signature") != signature
                 or not all(t is None or isinstance(t, (int, float)) for t in times.values())):
-            warnings.warn(f"autotune cache {self.path}: entry for {signature.get('op', 'a program')} {signature.get('shapes', '')} "
-                          f"does not match its key; retuning", AutotuneCacheWarning, stacklevel=3)
+            what = f"{signature['op']} {signature['shapes']}" if "op" in signature else "a program"
+            warnings.warn(f"autotune cache {self.path}: entry for {what} does not match its key; retuning",
+                          AutotuneCacheWarning, stacklevel=3)
             return None
         timed = {c: times[c] for c in candidates if times.get(c) is not None}
         if not set(candidates) <= set(times) or not timed:
