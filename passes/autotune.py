@@ -195,7 +195,8 @@ class TuneCache:
             return None
         times = entry.get("times_ms") if isinstance(entry, dict) else None
         if (not isinstance(times, dict) or entry.get("signature") != signature
-                or not all(t is None or isinstance(t, (int, float)) for t in times.values())):
+                or not all(t is None or isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
+                           for t in times.values())):
             what = f"{signature['op']} {signature['shapes']}" if "op" in signature else "a program"
             warnings.warn(f"autotune cache {self.path}: entry for {what} does not match its key; retuning",
                           AutotuneCacheWarning, stacklevel=3)
@@ -698,7 +699,7 @@ def hopeless_default(store: "TuneCache", signature: dict) -> bool:
             continue  # a plan's entry, or a malformed one
         if default is None:
             continue  # judged hopeless already: no new evidence
-        if not isinstance(default, (int, float)) or default < HOPELESS_DEFAULT * fastest:
+        if not (isinstance(default, (int, float)) and math.isfinite(default)) or default < HOPELESS_DEFAULT * fastest:
             return False
         seen += 1
     return seen >= HOPELESS_EVIDENCE

@@ -245,6 +245,32 @@ def test_foreign_file_warns_and_is_left_untouched(prog, timings, tmp_path):
     assert result.stats["tuned"] == 2 and cache.read_text() == '{"theme": "dark"}'
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_a_time_that_is_not_a_time_warns_and_retunes(prog, timings, tmp_path, bad):
+    cache = tmp_path / "c.json"
+    tune(prog.clone(), cache)
+    data = json.loads(cache.read_text())
+    for entry in data["entries"].values():
+        entry["times_ms"]["default"] = bad
+    cache.write_text(json.dumps(data))
+    with pytest.warns(AutotuneCacheWarning, match="does not match its key; retuning"):
+        result, _ = tune(prog, cache)
+    assert result.stats["tuned"] == 2
+    store = TuneCache(cache)
+    assert all(e["times_ms"]["default"] == 5.0 for e in store.entries.values())
+
+
+def test_a_cache_of_nan_defaults_is_no_evidence_of_hopeless_ones(prog, timings, tmp_path):
+    cache = tmp_path / "c.json"
+    for batch in (2, 3, 4):
+        tune(prog.clone(), cache, sizes=f"b={batch}")
+    store = TuneCache(cache)
+    for entry in store.entries.values():
+        entry["times_ms"]["default"] = float("nan")
+    sig = next(iter(store.entries.values()))["signature"]
+    assert not autotune.hopeless_default(store, sig)
+
+
 def test_tampered_choice_is_not_trusted(prog, timings, tmp_path):
     cache = tmp_path / "c.json"
     tune(prog.clone(), cache)
