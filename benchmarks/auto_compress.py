@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     print(machine())
     if args.quick:
         program, samples, (test_inputs, test_labels) = tiny_classifier()
-        options = dict(epochs=1, batch_size=8, repeats=3, learning_rate=1e-3, progress=False,
+        # a quarter held out: 48 training rows, whole batches of 8 (a ragged one compiles the training step again)
+        options = dict(epochs=1, batch_size=8, holdout=0.25, repeats=3, learning_rate=1e-3, progress=False,
                        strategies=("ptq", "prune_distill"))
     else:
         from paddlejax.data import BBCNews

@@ -167,10 +167,11 @@ def train(table: Table, section: str, build, inputs: tuple, labels, items: int, 
     ``passes``), beside a hand-written jax.jit step."""
     tx = optax.sgd(0.01, momentum=0.9)
     runs, compiled = {}, {}
+    nn.seed(0)
+    model = build()  # every run starts from a copy of the same initial weights (building one takes seconds)
     for label, passes in {"Trainer": (), **(variants or {})}.items():
-        nn.seed(0)
         try:
-            trainer = pj.Trainer(build(), tx, amp="bf16", progress=False, passes=passes)
+            trainer = pj.Trainer(nnx.clone(model), tx, amp="bf16", progress=False, passes=passes)
             start = time.perf_counter()
             executable = trainer.compiled_step(inputs, labels)
         except Exception as e:
@@ -180,8 +181,8 @@ def train(table: Table, section: str, build, inputs: tuple, labels, items: int, 
         compiled[label] = (time.perf_counter() - start, float((cost[0] if isinstance(cost, (list, tuple))
                                                                else cost).get("flops", 0.0)))
         runs[label] = lambda t=trainer: t.train_batch(inputs, labels)
-    nn.seed(0)
-    graphdef, params, rest = nnx.split(build(), nnx.Param, ...)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    params, rest = jax.tree.map(jnp.copy, (params, rest))  # the step donates them: the clones above share them
     step = jax.jit(jax_train_step(graphdef, tx, jnp.bfloat16), donate_argnums=(0, 1, 2))
     carry = [params, tx.init(params), rest]
 
@@ -251,10 +252,11 @@ def remat(table: Table, quick: bool, batch: int, seq: int, warmup: int, repeats:
     trainers, temp = {}, {}
     strategies = {"recompute=False": Strategy(), "recompute=True": Strategy(recompute=True),
                   "recompute, offloaded": Strategy(recompute=True, recompute_offload=True)}
+    nn.seed(0)
+    model = BertForSequenceClassification(config, num_classes=2)  # each strategy trains a copy of it
     for name, strategy in strategies.items():
-        nn.seed(0)
-        trainer = pj.Trainer(BertForSequenceClassification(config, num_classes=2), optax.sgd(0.01, momentum=0.9),
-                             amp="bf16", progress=False, strategy=strategy)
+        trainer = pj.Trainer(nnx.clone(model), optax.sgd(0.01, momentum=0.9), amp="bf16", progress=False,
+                             strategy=strategy)
         try:
             memory = trainer.compiled_step([ids], labels).memory_analysis()
         except ValueError as e:  # a backend without pinned_host memory

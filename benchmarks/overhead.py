@@ -58,11 +58,13 @@ class Config:
     warmup: int = 5
     step_repeats: int = 100
     compile_repeats: int = 7
+    compile_warmup: int = 1      # unrecorded rounds of compiles before those
     trace_repeats: int = 5
 
 
 QUICK = Config(batch=2, image=8, widths=(4, 8), blocks_per_stage=1, seq_batch=2, seq=8, hidden=16, heads=2,
-               mlp_depth=10, mlp_width=16, warmup=1, step_repeats=3, compile_repeats=1, trace_repeats=1)
+               mlp_depth=10, mlp_width=16, warmup=1, step_repeats=3, compile_repeats=1, compile_warmup=0,
+               trace_repeats=1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,11 +218,11 @@ def hlo_instructions(text: str) -> int:
     return sum(1 for line in text.splitlines() if _INSTRUCTION.match(line))
 
 
-def compile_times(impls: dict, repeats: int) -> tuple[dict, dict, dict]:
-    """Seconds to lower and to lower + compile each implementation (alternating, after one
-    unrecorded round), and its optimised HLO text."""
+def compile_times(impls: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict, dict]:
+    """Seconds to lower and to lower + compile each implementation (alternating, after
+    ``warmup`` unrecorded rounds), and its optimised HLO text."""
     lower_s, total_s, hlo = {k: [] for k in impls}, {k: [] for k in impls}, {}
-    for r in range(repeats + 1):
+    for r in range(repeats + warmup):
         for k, (fn, args) in impls.items():
             jax.clear_caches()
             gc.collect()
@@ -228,7 +230,7 @@ def compile_times(impls: dict, repeats: int) -> tuple[dict, dict, dict]:
             lowered = jax.jit(fn).lower(*args)
             lowered_at = time.perf_counter()
             compiled = lowered.compile()
-            if r:
+            if r >= warmup:
                 lower_s[k].append(lowered_at - start)
                 total_s[k].append(time.perf_counter() - start)
             hlo[k] = compiled.as_text()
@@ -279,7 +281,7 @@ class Result:
 def compare(name: str, original, traced, cfg: Config) -> Result:
     """Measure both implementations of one case, interleaved, in this process."""
     impls = {"original": original, "traced": traced}
-    lower_s, compile_s, hlo = compile_times(impls, cfg.compile_repeats)
+    lower_s, compile_s, hlo = compile_times(impls, cfg.compile_repeats, cfg.compile_warmup)
     step_s, outputs = step_times(impls, cfg.warmup, cfg.step_repeats)
     median = lambda d: {k: statistics.median(v) for k, v in d.items()}  # noqa: E731
     return Result(name, median(step_s), median(compile_s), median(lower_s),

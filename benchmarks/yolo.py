@@ -21,6 +21,7 @@ and 16; 4x4 and 2x2 grids) the same 9 minutes reached 0.390: cells four times th
 from __future__ import annotations
 
 import argparse
+import copy
 import pathlib
 import time
 
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="yolo_out", help="folder for the detections figure")
     args = p.parse_args(argv)
     size, batch = 64, 32
-    train_images, test_images = (48, 16) if args.quick else (4000, 500)
+    # --quick: whole batches only (two steps): a ragged last batch would compile the training step again
+    train_images, test_images = (64, 16) if args.quick else (4000, 500)
     epochs = 1 if args.quick else args.epochs
     print(machine())
     data = Shapes("train", num_images=train_images, image_size=size)
@@ -98,7 +100,9 @@ def main(argv=None) -> int:
     test, test_targets = Shapes("test", num_images=test_images, image_size=size).arrays()
     model, steps, seconds, anchors = train(images, targets, size, args.width, args.dcn, epochs, args.minutes, batch)
     metric = evaluate_map(model, test, test_targets)
-    eleven = evaluate_map(model, test, test_targets, method="11point").accumulate()
+    scored = copy.copy(metric)  # the same detections, scored the 11-point way (detecting again compiles again)
+    scored.method = "11point"
+    eleven = scored.accumulate()
     params = sum(int(np.prod(v.shape)) for _, v in model.named_parameters())
     print(f"\nYOLOv3-tiny x{args.width}{' with DCN v2' if args.dcn else ''}: {params:,} parameters, anchors "
           f"{anchors.round(1).tolist()}; {train_images} training images of {size}x{size}, batch {batch}")

@@ -127,7 +127,7 @@ def test_distributed_scale_quick():
 def test_yolo_quick(tmp_path):
     out = run_quick("yolo.py", "--out", str(tmp_path), timeout=300)
     row = re.search(r"^tiny x0\.5\s+(\d+)\s+\d+\.\d min\s+(\d\.\d{3})\s+(\d\.\d{3})(\s+\d\.\d{3}){3}$", out, re.M)
-    assert row and int(row[1]) == 2, out  # 48 images in batches of 32: two steps
+    assert row and int(row[1]) == 2, out  # 64 images in batches of 32: two steps
     assert (tmp_path / "detections.png").stat().st_size > 10_000
 
 
