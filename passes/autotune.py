@@ -682,21 +682,20 @@ def hopeless_default(store: "TuneCache", signature: dict) -> bool:
     >>> hopeless_default(store, sig(480)), hopeless_default(store, {**sig(480), "dtypes": ["float32"] * 2})
     (True, False)
     """
-    def kind(sig: dict) -> tuple:
-        attrs = _kernel_attrs(sig) if "attrs" in sig else {}
-        return (sig["op"], tuple(sig["dtypes"]), attrs.get("data_format"), (attrs.get("groups") or 1) > 1,
-                tuple(sig.get("constant_operands", ())), bool(sig.get("training")))
+    def kind(cls: tuple) -> tuple:  # op_class without sizes, kernel size, stride or group count
+        return (*cls[:3], (cls[5] or 1) > 1, *cls[8:])
 
-    wanted, device, version, seen = kind(signature), device_kind(), jax.__version__, 0
-    for entry in store.entries.values():
+    wanted, seen = (device_kind(), jax.__version__, kind(op_class(signature))), 0
+    for key, entry in store.entries.items():
+        cls = store.class_of(key)  # None for a plan's entry or a malformed one
+        if cls is None or (*cls[:2], kind(cls[2])) != wanted:
+            continue
         try:
-            if (entry["device"], entry["jax"]) != (device, version) or kind(entry["signature"]) != wanted:
-                continue
             times = entry["times_ms"]
             default = times[DEFAULT]
             fastest = min(t for c, t in times.items() if c != DEFAULT and isinstance(t, (int, float)) and t > 0)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-            continue  # a plan's entry, or a malformed one
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
         if default is None:
             continue  # judged hopeless already: no new evidence
         if not (isinstance(default, (int, float)) and math.isfinite(default)) or default < HOPELESS_DEFAULT * fastest:
