@@ -967,7 +967,8 @@ constexpr size_t kChunkBytes = 1 << 20;
 // cuts it, and each part convolves a chunk of images at a time (as many as keep the chunk's
 // output within kChunkBytes) into a scratch buffer of its own, then pools that chunk into y; the
 // convolution's whole output never exists. Every chunk size (a part's chunks, its remainder, the
-// last part's) has its own one-thread primitives, the batch being part of their shape.
+// last part's) has its own one-thread primitives, the batch being part of their shape. Uncut (one
+// thread, or PADDLEJAX_ONEDNN_SPLIT=0), the calling thread's OpenMP team runs every chunk.
 ffi::Error Conv2dPoolImpl(ffi::ThreadPool threads, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                           ffi::Buffer<ffi::F32> b, ffi::ResultBuffer<ffi::F32> y, ffi::Span<const int64_t> stride,
                           ffi::Span<const int64_t> pad_lo, ffi::Span<const int64_t> pad_hi,
@@ -1007,8 +1008,11 @@ ffi::Error Conv2dPoolImpl(ffi::ThreadPool threads, ffi::Buffer<ffi::F32> x, ffi:
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  // planned for the one thread each part runs on (RunOneThreadParts runs them so)
-  OmpThreads one(1);
+  // a cut call's primitives are planned for the one thread each part runs on (RunOneThreadParts
+  // runs them so); an uncut one's for the calling thread's OpenMP team, which it runs on
+  bool cut = n > 1;
+  std::optional<OmpThreads> one;
+  if (cut) one.emplace(1);
   std::vector<std::unique_ptr<ConvPart>> convs;
   std::vector<const ConvShape*> shapes;
   std::vector<const Pool*> pools;
@@ -1016,10 +1020,11 @@ ffi::Error Conv2dPoolImpl(ffi::ThreadPool threads, ffi::Buffer<ffi::F32> x, ffi:
     for (int64_t k : sizes) {
       auto& p = *convs.emplace_back(std::make_unique<ConvPart>(whole));
       p.xd[0] = p.yd[0] = k;
+      p.c.threads = cut ? 1 : 0;
       shapes.push_back(&p.c);
       pools.push_back(&GetPool({{k, conv_yd[3], conv_yd[1], conv_yd[2]}, {k, yd[3], yd[1], yd[2]},
                                 Dims(pool_kernel), Dims(pool_stride), Dims(pool_pad_lo), Dims(pool_pad_hi),
-                                PoolAlgorithm(max, exclusive), memory::data_type::f32, true, 1}));
+                                PoolAlgorithm(max, exclusive), memory::data_type::f32, true, cut ? 1 : 0}));
     }
   } catch (const dnnl::error& e) {
     return ffi::Error::InvalidArgument(std::string(op) + ": " + e.what());
@@ -1031,7 +1036,7 @@ ffi::Error Conv2dPoolImpl(ffi::ThreadPool threads, ffi::Buffer<ffi::F32> x, ffi:
   std::unique_ptr<char[]> scratch(new char[n * chunk * conv_image]);
   auto* from = static_cast<const char*>(x.untyped_data());
   auto* to = static_cast<char*>(y->untyped_data());
-  std::string error = RunOneThreadParts(threads, static_cast<int>(n), [&](int i, dnnl::stream& stream) {
+  auto run = [&](int i, dnnl::stream& stream) {
     char* mine = scratch.get() + i * chunk * conv_image;
     int64_t b0 = i * part, end = std::min(batch, b0 + part);
     for (int64_t c0 = b0; c0 < end; c0 += chunk) {
@@ -1042,7 +1047,19 @@ ffi::Error Conv2dPoolImpl(ffi::ThreadPool threads, ffi::Buffer<ffi::F32> x, ffi:
                                              conv->part_scratchpads[i]));
       ExecutePool(*pools[s], stream, mine, to + c0 * y_image);
     }
-  });
+  };
+  std::string error;
+  if (cut) {
+    error = RunOneThreadParts(threads, static_cast<int>(n), run);
+  } else {
+    try {
+      dnnl::stream stream(Engine());
+      run(0, stream);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      error = e.what();
+    }
+  }
   if (!error.empty()) return ffi::Error::Internal(std::string(op) + ": " + error);
   return ffi::Error::Success();
 }

@@ -1,6 +1,11 @@
 """conv2d_pool: every kernel computes pool2d(conv2d(...)); the oneDNN one in one call for
 channels-last float32 (batches cut across threads, chunks that do not divide a part), the
 reference elsewhere, with the unfused ops' derivatives."""
+import os
+import re
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,8 +23,9 @@ CASES = [  # (NCHW input shape, out channels, conv attributes, pool attributes, 
     ((1, 4, 9, 9), 5, dict(stride=2, padding=1), dict(pool_size=3, pool_stride=2, pool_padding=1), False),
     ((3, 3, 11, 10), 4, dict(padding=((1, 0), (0, 1)), act="relu"),
      dict(pool_size=3, pool_stride=2, ceil_mode=True), False),
-    # 16x16x64 float32 images: a 256 KiB chunk is 4 of them, parts of 6 and 5 images run 4 + 2 and 4 + 1
-    ((11, 3, 16, 16), 64, dict(padding=1, act="relu"), dict(pool_size=2, pool_stride=2), True),
+    # 32x32x64 float32 convolution outputs: a 1 MiB chunk is 4 of them, parts of 6 and 5 images
+    # run 4 + 2 and 4 + 1 (uncut, 4 + 4 + 3)
+    ((11, 3, 32, 32), 64, dict(padding=1, act="relu"), dict(pool_size=2, pool_stride=2), True),
     ((2, 4, 9, 9), 8, dict(stride=2, padding=1, groups=2), dict(pool_size=2, pool_stride=1), True),
 ]
 KINDS = {"max": dict(pooling_type="max"), "avg": dict(pooling_type="avg", exclusive=True),
@@ -68,6 +74,31 @@ def test_the_onednn_kernel_equals_pool_of_conv(case, kind, data_format):
     # channels last runs the one call; channels first the reference
     text = lowered(lambda x, w, b: call(fused, x, w, b, a), x, w, b)
     assert text.count("custom_call @paddlejax_onednn_conv2d_pool(") == (data_format == "NHWC")
+
+
+@needs_onednn
+def test_uncut_the_chunks_run_on_the_callers_openmp_team():
+    """With cutting off (PADDLEJAX_ONEDNN_SPLIT=0) on two CPUs, one call convolves and pools every
+    chunk with primitives planned for the calling thread's OpenMP team of two."""
+    code = f"""
+import os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import jax, numpy as np
+from paddlejax.ops import conv2d_pool
+import {__name__.rsplit(".", 1)[-1]} as t
+for kind in ("max", "avg"):
+    x, w, b = t.operands(3, "NHWC")
+    a = t.attrs(3, kind, "NHWC")
+    got = jax.jit(lambda x, w, b: t.call(t.fused, x, w, b, a))(x, w, b)
+    np.testing.assert_allclose(got, t.unfused(x, w, b, a), rtol=2e-5, atol=2e-5)
+print("ok")
+"""
+    env = {**os.environ, "PADDLEJAX_ONEDNN_SPLIT": "0", "OMP_NUM_THREADS": "2", "ONEDNN_VERBOSE": "1",
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    # the chunks' convolutions: 4, 4 and 3 images of the whole batch of 11, no slices of it
+    assert set(re.findall(r"convolution,.*?mb(\d+)_ic3oc64_ih32", out.stdout)) == {"4", "3"}
 
 
 @pytest.mark.parametrize("variant", ["default", *conv2d_pool.variants])
