@@ -22,6 +22,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from paddlejax import nn, ops
 from paddlejax.boxes import DetectionMAP
@@ -333,16 +334,29 @@ def evaluate_map(model: YOLOv3, images: np.ndarray, targets: np.ndarray, batch_s
     size = images.shape[-1]
     training = model.training
     model.eval()
-    run = jax.jit(lambda x: model.detect(model(x), size, **detect))
+    graphdef, state = nnx.split(model)
     metric = DetectionMAP(model.num_classes, method=method)
-    for i in range(0, len(images), batch_size):
-        found, _ = run(images[i:i + batch_size])
-        for rows, truth in zip(np.asarray(found), targets[i:i + batch_size]):
+    batch = min(batch_size, len(images))
+    for i in range(0, len(images), batch):
+        x = images[i:i + batch]
+        # the last batch padded to the others' size: one compiled detector serves every batch
+        # (eval mode: an image's detections do not depend on the others in its batch)
+        padded = np.concatenate([x, np.zeros((batch - len(x), *x.shape[1:]), x.dtype)]) if len(x) < batch else x
+        found, _ = _detect_batch(graphdef, state, padded, size, tuple(sorted(detect.items())))
+        for rows, truth in zip(np.asarray(found)[:len(x)], targets[i:i + batch]):
             rows, truth = rows[rows[:, 0] >= 0], truth[truth[:, 0] >= 0]
             metric.update(rows[:, 2:], rows[:, 1], rows[:, 0], truth[:, 1:], truth[:, 0])
     if training:
         model.train()
     return metric
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 4))
+def _detect_batch(graphdef, state, x, size: int, detect: tuple):
+    """One batch's detections, compiled once per model structure, batch shape and options (the
+    weights are arguments, so a later call, or another model of the same structure, reuses it)."""
+    model = nnx.merge(graphdef, state)
+    return model.detect(model(x), size, **dict(detect))
 
 
 def _iou(a, b, valid):

@@ -137,3 +137,24 @@ def test_bad_configurations_are_named():
         YOLOv3(3, "darknet53", output_stride=16)
     with pytest.raises(ValueError, match="output_stride expects 16 or 32"):
         YOLOv3(3, "tiny", output_stride=8)
+
+
+def test_evaluation_compiles_one_detector_whatever_the_last_batch_and_the_call():
+    """A ragged last batch is padded to the others' size, and the weights are arguments: five
+    images in batches of two, scored twice, compile one detector, and score as one batch of five."""
+    from paddlejax.data.shapes import Shapes
+    from paddlejax.models.yolov3 import _detect_batch
+
+    images, rows = Shapes("test", num_images=5, image_size=32).arrays()
+    pj.nn.seed(0)
+    model = yolov3_tiny(3, width=0.25)
+    before = _detect_batch._cache_size()
+    first, again = (evaluate_map(model, images, rows, batch_size=2, conf_thresh=0.001) for _ in range(2))
+    assert _detect_batch._cache_size() == before + 1
+    whole = evaluate_map(model, images, rows, batch_size=5, conf_thresh=0.001)
+    assert sum(map(len, whole._scores)) > 0  # the untrained detector still proposes boxes
+    assert first._scores == again._scores
+    for got, want in zip(first._scores, whole._scores):  # to float rounding: XLA's kernels vary with the batch
+        assert len(got) == len(want)
+        np.testing.assert_allclose(sorted(s for s, _ in got), sorted(s for s, _ in want), rtol=1e-4)
+        assert sorted(tp for _, tp in got) == sorted(tp for _, tp in want)
