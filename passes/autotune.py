@@ -60,7 +60,7 @@ from paddlejax.analysis import concrete_shape, size_env
 from paddlejax.ir import attrs as attrs_lib
 from paddlejax.ir.core import Op, Program
 from paddlejax.ir.rewriter import Rewriter
-from paddlejax.ops import registry
+from paddlejax.ops import onednn, registry
 from paddlejax.ops.common import channel_axis
 from paddlejax.ops.conv import paddle_padding, winograd_applies
 from paddlejax.passes.base import Pass, PassContext, PassResult, register_pass
@@ -126,8 +126,19 @@ def candidates(op_type: str, reduced_precision: bool = False) -> list[str]:
 
 
 def device_kind() -> str:
-    """The kind of the default device, e.g. ``"cpu"`` or ``"NVIDIA H100 80GB HBM3"``."""
-    return jax.devices()[0].device_kind
+    """The kind of the default device that timings hold for, e.g. ``"NVIDIA H100 80GB HBM3"``; on a
+    CPU with the number of CPUs this process may run on (its affinity: the fastest kernel changes
+    with the threads it gets), and whether oneDNN's calls are cut across them
+    (:func:`paddlejax.ops.onednn.cuts_calls`), e.g. ``"cpu, 2 threads"``.
+
+    >>> device_kind().startswith(jax.devices()[0].device_kind)
+    True
+    """
+    device = jax.devices()[0]
+    if device.platform != "cpu":
+        return device.device_kind
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return f"{device.device_kind}, {n} thread{'s' * (n > 1)}" + ", oneDNN uncut" * (not onednn.cuts_calls())
 
 
 def _kernel_attrs(signature: dict) -> dict:

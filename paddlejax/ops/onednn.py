@@ -141,6 +141,16 @@ def unavailable_reason() -> str | None:
     return _load()
 
 
+def cuts_calls() -> bool:
+    """Whether calls are cut across threads on two or more CPUs (unless ``PADDLEJAX_ONEDNN_SPLIT=0``,
+    which the extension reads once, when it first runs).
+
+    >>> cuts_calls() == (os.environ.get("PADDLEJAX_ONEDNN_SPLIT") != "0")
+    True
+    """
+    return os.environ.get("PADDLEJAX_ONEDNN_SPLIT") != "0"
+
+
 def conv2d_fits(x, w, data_format: str, act) -> bool:
     """Whether the oneDNN convolution computes this case: 2-D, float32 operands, an activation
     it fuses; other cases take XLA's convolution.

@@ -3,6 +3,7 @@ failure modes, and the whole-program plans (tuned or not, NCHW or NHWC). Timings
 (``autotune.measure`` per op, ``autotune.measure_programs`` per plan), so no test depends on
 which kernel is really fastest here."""
 import json
+import os
 import re
 import time
 
@@ -879,3 +880,23 @@ def test_learned_speedups_follow_new_entries_and_skip_malformed_ones(prog, timin
                 {**other, "times_ms": {"default": "fast"}}, {**other, "times_ms": None}):
         store.store("bad", bad)
         assert autotune.learned_speedups(store, entry["signature"])["im2col"] == pytest.approx(4.0)
+
+
+def test_timings_hold_for_the_cpus_the_process_may_use_and_for_onednn_cut_or_not(prog, timings, tmp_path,
+                                                                                 monkeypatch):
+    """A cache tuned on two CPUs is not taken on one (a process pinned to fewer cores), nor with
+    oneDNN's calls left uncut: their fastest kernels differ."""
+    cache = tmp_path / "c.json"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    two = autotune.device_kind()
+    tune(prog.clone(), cache)
+    assert tune(prog.clone(), cache)[0].stats["tuned"] == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    one = autotune.device_kind()
+    assert tune(prog.clone(), cache)[0].stats["tuned"] == 2
+    monkeypatch.setenv("PADDLEJAX_ONEDNN_SPLIT", "0")
+    uncut = autotune.device_kind()
+    assert tune(prog.clone(), cache)[0].stats["tuned"] == 2
+    assert two.endswith(", 2 threads") and one.endswith(", 1 thread") and uncut.endswith(", 1 thread, oneDNN uncut")
+    entries = json.loads(cache.read_text())["entries"].values()
+    assert sorted({e["device"] for e in entries}) == sorted({two, one, uncut})

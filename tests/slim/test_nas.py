@@ -10,6 +10,7 @@ import paddlejax as pj
 from paddlejax.slim.nas import (SANAS, Annealing, Block, LatencyTable, LightNASStrategy, MobileNetV2Space, ResNetSpace,
                                 SAController, SearchSpace, light_nas, network_flops, register_search_space,
                                 search_space, train_and_score)
+from paddlejax.passes.autotune import device_kind
 from paddlejax.slim.nas.latency import LatencyCacheWarning
 
 DIGITS = {"input_size": 8, "output_size": 1, "input_channels": 1, "class_dim": 10}
@@ -211,7 +212,7 @@ def test_the_latency_table_measures_each_block_once_and_reuses_its_file(tmp_path
     assert table.measured == 2 and predicted == 2 * sum(table.block_ms(b) for b in TINY)
     data = json.loads(path.read_text())
     entry = next(iter(data["entries"].values()))
-    assert data["format"] == "paddlejax-latency" and entry["device"] == "cpu" and entry["batch_size"] == 2
+    assert data["format"] == "paddlejax-latency" and entry["device"] == device_kind() and entry["batch_size"] == 2
     again = LatencyTable(path, batch_size=2, repeats=2)
     assert again.predict(TINY) == table.predict(TINY) and again.measured == 0  # nothing timed the second time
     other_batch = LatencyTable(path, batch_size=4, repeats=2)
