@@ -336,7 +336,7 @@ def evaluate_map(model: YOLOv3, images: np.ndarray, targets: np.ndarray, batch_s
     model.eval()
     graphdef, state = nnx.split(model)
     metric = DetectionMAP(model.num_classes, method=method)
-    batch = min(batch_size, len(images))
+    batch = max(1, min(batch_size, len(images)))
     for i in range(0, len(images), batch):
         x = images[i:i + batch]
         # the last batch padded to the others' size: one compiled detector serves every batch

@@ -152,6 +152,7 @@ def test_evaluation_compiles_one_detector_whatever_the_last_batch_and_the_call()
     first, again = (evaluate_map(model, images, rows, batch_size=2, conf_thresh=0.001) for _ in range(2))
     assert _detect_batch._cache_size() == before + 1
     whole = evaluate_map(model, images, rows, batch_size=5, conf_thresh=0.001)
+    assert evaluate_map(model, images[:0], rows[:0]).accumulate() == 0.0  # no images: nothing scored
     assert sum(map(len, whole._scores)) > 0  # the untrained detector still proposes boxes
     assert first._scores == again._scores
     for got, want in zip(first._scores, whole._scores):  # to float rounding: XLA's kernels vary with the batch
